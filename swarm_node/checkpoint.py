@@ -1,0 +1,116 @@
+"""Atomic checkpoints: a crash (even kill -9) mid-write never damages the previous checkpoint.
+
+Layout under `OUT/checkpoints/`:
+    round-000007/      one complete checkpoint (after round 7 finished)
+        model/         `save_pretrained` output: full weights, or only the LoRA adapter
+        optimizer.pt   optimizer state
+        rng.pt         torch / python RNG states
+        state.json     {"round": 7, "policy_version": ..., ...}  (written last)
+        config.yaml    the resolved run config
+    latest             the name of the newest complete checkpoint (replaced atomically)
+
+A checkpoint is written into a temporary sibling directory, flushed to disk, then renamed into
+place; only then is `latest` replaced (write temp file + os.replace). Readers trust only
+directories that `latest` names or that contain `state.json`, so a torn write is invisible.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+
+from swarm_node.backend import Policy
+from swarm_node.config import NodeConfig
+
+log = logging.getLogger(__name__)
+KEEP = 2  # complete checkpoints kept on disk
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read (disk full, unwritable directory, corrupt files)."""
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*")) + [path]:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Optimizer, state: dict,
+                    cfg: NodeConfig, generator: torch.Generator | None = None) -> Path:
+    """Write checkpoint `round-{state['round']:06d}` atomically; returns its directory."""
+    root = Path(out) / "checkpoints"
+    name = f"round-{state['round']:06d}"
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        policy.save(tmp / "model")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "generator": generator.get_state() if generator is not None else None}, tmp / "rng.pt")
+        cfg.save(tmp / "config.yaml")
+        (tmp / "state.json").write_text(json.dumps(state, indent=1))
+        _fsync_tree(tmp)
+        final = root / name
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _write_text_atomic(root / "latest", name)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"cannot write checkpoint under {root}: {e.strerror or e}") from None
+    for old in sorted(p for p in root.glob("round-*") if p.name != name)[:-(KEEP - 1) or None]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(out: str | Path) -> Path | None:
+    """The newest complete checkpoint under `out`, or None."""
+    root = Path(out) / "checkpoints"
+    pointer = root / "latest"
+    if pointer.exists():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / "state.json").exists():
+            return candidate
+    complete = sorted(p for p in root.glob("round-*") if (p / "state.json").exists())
+    return complete[-1] if complete else None
+
+
+def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer,
+                    generator: torch.Generator | None = None) -> dict:
+    """Restore optimizer and RNG states from checkpoint `path`; returns its state dict.
+
+    The model weights are loaded by the caller (`Policy.load` from `path / "model"`), because a
+    LoRA checkpoint needs the base model first.
+    """
+    try:
+        state = json.loads((path / "state.json").read_text())
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        rng = torch.load(path / "rng.pt", weights_only=False)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {path} is unreadable: {e}") from None
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if generator is not None and rng.get("generator") is not None:
+        generator.set_state(rng["generator"])
+    return state

@@ -1,0 +1,247 @@
+"""Run configuration: one dataclass per concern, composed into `NodeConfig`.
+
+Every field has a one-line doc comment; `__post_init__` validates on construction, so a bad
+value fails at start-up with one clear message instead of deep inside a round. YAML files in
+`configs/` hold data only (nested sections named like the dataclasses' fields); command-line
+overrides use dotted keys (`--set train.lr=1e-4`). The resolved config is written next to every
+run's metrics and inside every checkpoint (`NodeConfig.to_dict()` / `save()`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from swarm_node.loss import LossConfig
+
+
+class ConfigError(ValueError):
+    """A user-caused configuration problem (bad key, bad value, unreadable file)."""
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny-s"
+    """Hub id (e.g. Qwen/Qwen2.5-3B), local path, or a built-in preset: tiny-s | tiny-m | tiny-l."""
+    lora_r: int = 0
+    """LoRA rank; 0 trains every parameter (the paper uses r=128 on q_proj,v_proj)."""
+    lora_alpha: int = 0
+    """LoRA alpha; 0 means alpha = 2 * r."""
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    """Module names LoRA adapts."""
+    dtype: str = "auto"
+    """float32 | bfloat16 | float16 | auto (bfloat16 on CUDA, float32 on CPU)."""
+    device: str = "auto"
+    """cpu | cuda | cuda:N | auto (cuda if available)."""
+    init_seed: int = 0
+    """Seed for the random init of built-in presets (real checkpoints ignore it)."""
+
+    def __post_init__(self):
+        _check(bool(self.name), "model.name must not be empty")
+        _check(self.lora_r >= 0, f"model.lora_r must be >= 0, got {self.lora_r}")
+        _check(self.lora_alpha >= 0, f"model.lora_alpha must be >= 0, got {self.lora_alpha}")
+        _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), f"model.dtype: unknown {self.dtype!r}")
+        _check(self.lora_r == 0 or len(self.lora_targets) > 0, "model.lora_targets must name at least one module")
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arith"
+    """Training task: arith (built-in, no files) | gsm8k."""
+    data: str | None = None
+    """Local directory/JSONL file or hub id for the task's data; None = the task's default."""
+    eval_task: str | None = None
+    """Held-out evaluation task; None = the training task's test split."""
+    eval_limit: int = 200
+    """Number of held-out examples for greedy pass@1 (0 = the whole split)."""
+    ood_task: str | None = None
+    """Out-of-distribution task evaluated once at the end (e.g. math500); None = skip."""
+    ood_data: str | None = None
+    """Data location for ood_task."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Task-specific options (e.g. arith: digits, seed)."""
+
+    def __post_init__(self):
+        _check(bool(self.name), "task.name must not be empty")
+        _check(self.eval_limit >= 0, "task.eval_limit must be >= 0")
+
+
+@dataclass
+class RolloutConfig:
+    group_size: int = 12
+    """Completions per prompt (G); the paper uses 12."""
+    prompts_per_round: int = 2
+    """Prompts a node answers per round; 2 x 12 = the paper's batch of 24."""
+    max_new_tokens: int = 256
+    """Longest completion; longer ones are cut and marked finish_reason=length."""
+    temperature: float = 1.0
+    """Sampling temperature; training log-probs use the same temperature so ratios compare like with like."""
+
+    def __post_init__(self):
+        _check(self.group_size >= 2, f"rollout.group_size must be >= 2 (advantages need a group), got {self.group_size}")
+        _check(self.prompts_per_round >= 1, "rollout.prompts_per_round must be >= 1")
+        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
+        _check(self.temperature > 0, "rollout.temperature must be > 0 (greedy is for evaluation only)")
+
+
+@dataclass
+class TrainConfig:
+    rounds: int = 50
+    """Number of rounds (generate -> exchange -> train); the paper runs 50 iterations."""
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+    micro_batch: int = 8
+    """Sequences per forward/backward pass (gradients are accumulated over the round's batch)."""
+    logprob_chunk: int = 64
+    """Time steps per chunk when computing token log-probs, so [B, T, V] logits never exist at once."""
+    eval_every: int = 5
+    """Evaluate greedy pass@1 every this many rounds (and after the last); 0 = only at start and end."""
+    checkpoint_every: int = 5
+    """Write a checkpoint every this many rounds (and after the last); 0 = only at the end."""
+    seed: int = 0
+    """Seed for prompt sampling and generation."""
+    warmstart_steps: int = 0
+    """Supervised steps on reference completions before RL (gives a tiny random model some reward signal)."""
+    warmstart_lr: float = 3e-3
+    """Learning rate of the supervised warm start."""
+    warmstart_batch: int = 32
+    """Examples per warm-start step."""
+
+    def __post_init__(self):
+        _check(self.rounds >= 0, "train.rounds must be >= 0")
+        _check(self.lr > 0, "train.lr must be > 0")
+        _check(self.micro_batch >= 1, "train.micro_batch must be >= 1")
+        _check(self.logprob_chunk >= 1, "train.logprob_chunk must be >= 1")
+        _check(self.eval_every >= 0 and self.checkpoint_every >= 0, "train.eval_every/checkpoint_every must be >= 0")
+        _check(self.warmstart_steps >= 0, "train.warmstart_steps must be >= 0")
+
+
+@dataclass
+class SwarmConfig:
+    enabled: bool = False
+    """Join a swarm (set by `swarm-node join`); False trains alone with no network."""
+    peers: list[str] = field(default_factory=list)
+    """Multiaddrs of peers to bootstrap from; empty starts a new swarm."""
+    identity: str | None = None
+    """libp2p private key file: created on first use, reused so the peer id survives restarts."""
+    host_maddrs: list[str] = field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"])
+    """Multiaddrs to listen on."""
+    announce_maddrs: list[str] = field(default_factory=list)
+    """Multiaddrs to announce to peers (e.g. a public IP behind NAT)."""
+    run_id: str = "swarm-node"
+    """Swarm namespace: nodes ignore records and packets of other runs."""
+    mode: str = "vertical"
+    """vertical: each node answers its own prompts (paper default) | horizontal: all answer the same prompts."""
+    min_peers: int = 1
+    """Stop collecting a round's peer packets once this many arrived (or the deadline passed)."""
+    deadline_s: float = 30.0
+    """Longest wait for peer packets after generating a round."""
+    staleness: int = 2
+    """Accept peer packets from rounds r - staleness .. r + staleness; older ones are ignored and counted."""
+    max_peer_groups: int = 24
+    """Cap on peer groups used per training step, shared fairly across peers."""
+    fetch_timeout_s: float = 10.0
+    """A stalled peer costs at most this per packet fetch."""
+
+    def __post_init__(self):
+        _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
+        _check(self.min_peers >= 0, "swarm.min_peers must be >= 0")
+        _check(self.deadline_s >= 0, "swarm.deadline_s must be >= 0")
+        _check(self.staleness >= 0, "swarm.staleness must be >= 0")
+        _check(self.max_peer_groups >= 0, "swarm.max_peer_groups must be >= 0")
+        _check(self.fetch_timeout_s > 0, "swarm.fetch_timeout_s must be > 0")
+        _check(bool(self.run_id) and len(self.run_id) <= 64, "swarm.run_id must be 1..64 characters")
+
+
+@dataclass
+class NodeConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy this node trains."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Training and evaluation data."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How completions are sampled."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Policy-gradient objective (F-TIS family, see swarm_node/loss.py)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Optimisation schedule."""
+    swarm: SwarmConfig = field(default_factory=SwarmConfig)
+    """Peer-to-peer settings."""
+    out: str = "runs/node"
+    """Output directory: metrics.jsonl, node.log, config.yaml, checkpoints/."""
+    name: str = ""
+    """Display name of this node in logs and plots; empty = derived from the model name."""
+
+    def __post_init__(self):
+        if not self.name:
+            self.name = Path(self.model.name.rstrip("/")).name
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def _build(cls, data: dict[str, Any], where: str):
+    """Build dataclass `cls` from a nested dict, rejecting unknown keys with their dotted path."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        if key not in fields:
+            raise ConfigError(f"unknown config key {path!r} (valid: {', '.join(fields)})")
+        sub = _SECTIONS.get(key) if cls is NodeConfig else None
+        kwargs[key] = _build(sub, value or {}, path) if sub else value
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{where or 'config'}: {e}") from None
+    except ValueError as e:  # LossConfig raises plain ValueError
+        raise ConfigError(str(e)) from None
+
+
+_SECTIONS = {"model": ModelConfig, "task": TaskConfig, "rollout": RolloutConfig, "loss": LossConfig,
+             "train": TrainConfig, "swarm": SwarmConfig}
+
+
+def apply_override(data: dict[str, Any], dotted: str) -> None:
+    """Apply one `section.key=value` override to a nested dict (the value is parsed as YAML)."""
+    key, sep, raw = dotted.partition("=")
+    _check(bool(sep) and bool(key), f"override {dotted!r} must look like section.key=value")
+    *parents, leaf = key.strip().split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+        _check(isinstance(node, dict), f"override {dotted!r}: {part!r} is not a section")
+    node[leaf] = yaml.safe_load(raw) if raw.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> NodeConfig:
+    """Read a YAML config (or the defaults), apply dotted overrides, validate, return the config."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config {path} is not valid YAML: {e}") from None
+    for item in overrides or []:
+        apply_override(data, item)
+    return _build(NodeConfig, data, "")

@@ -1,0 +1,202 @@
+r"""The F-TIS policy-loss family for collaborative GRPO (pure functions, no logging).
+
+Paper: "F-TIS: Harnessing Diverse Models in Collaborative GRPO". A swarm node trains on
+completions that other peers (other models / stale weights) generated, so every token
+y_it comes from a generator pi_gen that is not our policy pi_theta.
+
+Notation (one batch, B sequences, T token slots):
+    logp_it = log pi_theta(y_it | ...)       current policy, carries the gradient
+    gen_it  = log pi_gen(y_it | ...)         what the generator reported (no grad)
+    m_it    = 1 for completion tokens, 0 for padding;  |a_i| = max(1, sum_t m_it)
+    A_i     = group-normalised advantage (group_advantages below)
+    pi_old := the policy at the start of this update = logp.detach(): one optimisation
+              step per batch, so pi_theta/pi_old == 1 in value but carries the gradient.
+
+Group advantages (GRPO, std with Bessel's correction as in TRL):
+    A_i = (r_i - mean_g) / (std_g + eps)          scale="group"
+    A_i =  r_i - mean_g                           scale="none"
+    A_i = 0 if group g has one member or zero std.
+
+Per-token PPO-clip term with ratio R_it (eps = clip range):
+    term_it = min(R_it * A_i, clip(R_it, 1 - eps, 1 + eps) * A_i)
+  nois / grpo : R_it = pi_theta/pi_old = exp(logp_it - sg(logp_it))  (treat data as on-policy)
+  vis         : R_it = pi_theta/pi_gen = exp(logp_it - gen_it)      (vanilla IS in the clip)
+  tis         : term_it = w_it * min(R*A, clip(R)*A) with R as in nois and the DETACHED
+                truncated weight w_it = min(exp(logp_it - gen_it), C)   (Yao et al.)
+  (the paper prints clip(R*A, ...); we use clip(R, ...) * A, the standard PPO form.)
+
+Filter (f-nois, f-vis, f-tis). Per-sequence divergence from the sampled tokens only:
+    x_it = clamp(gen_it - logp_it, -20, 20)   (detached; x = log pi_gen/pi_theta at y ~ pi_gen)
+    k1 = x              unbiased per-token estimate of KL(pi_gen || pi_theta) under y ~ pi_gen
+    k2 = x^2 / 2        low-variance, biased; equals either KL direction to 2nd order in x
+    k3 = e^x - x - 1    >= 0; Schulman's k3 for KL(pi_theta || pi_gen), which is unbiased
+                        only for y ~ pi_theta. Our y ~ pi_gen, so it is a plug-in estimate
+                        (E_gen[k3] = chi2(pi_gen||pi_theta) - KL(pi_gen||pi_theta)).
+                        Default; the estimator is configurable (LossConfig.kl_estimator).
+    D_i = sum_t m_it k_it  (kl_reduce="sum", default)  or  that sum / |a_i|  ("mean")
+    keep_i = (A_i > 0) or (D_i < g);   otherwise A_i := 0
+  A dropped sequence still counts in B below; its gradient is exactly zero.
+
+Aggregation (GRPO/DAPO per-sequence mean; no KL penalty term):
+    loss = -(1/B) * sum_i (1/|a_i|) * sum_t m_it * term_it
+  A sequence with no completion tokens contributes 0.
+
+Numerics: every log-ratio is clamped to [-20, 20] before exp (no inf). For the ratios that
+carry a gradient the clamp acts on the value only: R = exp(sg(clamp(l)) + logp - sg(logp)),
+so dR/dlogp = R (the capped value) and tokens beyond the clamp keep a finite gradient.
+Padding positions are replaced by 0 before any arithmetic, so NaN/inf in padding is harmless.
+Stats with no completion tokens: ratio stats 1.0, fractions and kl_mean 0.0 (never NaN).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LOG_CLAMP = 20.0  # |log-ratio| cap before exp; e^20 ~ 4.9e8
+# variant -> (base variant, filtered?)
+VARIANTS = {
+    "nois": ("nois", False), "grpo": ("nois", False), "vis": ("vis", False), "tis": ("tis", False),
+    "f-nois": ("nois", True), "f-vis": ("vis", True), "f-tis": ("tis", True),
+}
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_REDUCES = ("sum", "mean")
+STAT_KEYS = (
+    "is/ratio_mean", "is/ratio_min", "is/ratio_max", "is/truncated_frac",
+    "filter/dropped_frac", "filter/kl_mean", "loss/clip_frac", "loss/policy",
+)
+
+
+def group_advantages(rewards: Tensor, group_ids: Tensor, scale: str = "group", eps: float = 1e-4) -> Tensor:
+    """A_i = (r_i - mean_g) / (std_g + eps) (Bessel std) or r_i - mean_g for scale="none";
+    0 for singleton or zero-std groups. group_ids: any integer labels, in any order."""
+    if scale not in ("group", "none"):
+        raise ValueError(f"scale must be one of ('group', 'none'), got {scale!r}")
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    if rewards.dim() != 1 or group_ids.shape != rewards.shape:
+        raise ValueError(f"rewards and group_ids must both be [N], got {tuple(rewards.shape)} and {tuple(group_ids.shape)}")
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    r = rewards.detach().to(torch.float64)  # [N]
+    _, inv = torch.unique(group_ids, return_inverse=True)  # [N] dense group index 0..G-1
+    G = int(inv.max()) + 1 if inv.numel() else 0
+    cnt = torch.bincount(inv, minlength=G).to(r.dtype)  # [G]
+    mean = torch.zeros(G, dtype=r.dtype, device=r.device).index_add_(0, inv, r) / cnt  # [G]
+    dev = r - mean[inv]  # [N]
+    var = torch.zeros_like(mean).index_add_(0, inv, dev * dev) / (cnt - 1).clamp(min=1)  # [G] unbiased
+    hi = torch.full_like(mean, -float("inf")).scatter_reduce_(0, inv, r, "amax")  # [G]
+    lo = torch.full_like(mean, float("inf")).scatter_reduce_(0, inv, r, "amin")  # [G]
+    degenerate = (cnt < 2) | (hi == lo)  # [G] singleton or exactly zero std
+    adv = dev / (var.sqrt()[inv] + eps) if scale == "group" else dev  # [N]
+    adv = torch.where(degenerate[inv], torch.zeros_like(adv), adv)  # [N]
+    return adv.to(out_dtype)  # [N]
+
+
+@dataclass
+class LossConfig:
+    """Which F-TIS family member to use and its hyper-parameters."""
+
+    variant: str = "f-tis"  # one of VARIANTS: nois, grpo (= nois), vis, tis, f-nois, f-vis, f-tis
+    C: float = 2.0  # tis truncation cap on pi_theta/pi_gen; any C > 0 (C < 1 also down-weights on-policy tokens)
+    g: float = 50.0  # filter threshold: drop A_i <= 0 sequences with D_i >= g; g > 0 (inf = never drop)
+    eps: float = 0.2  # PPO clip range: clip(R, 1 - eps, 1 + eps); 0 < eps < 1
+    kl_estimator: str = "k3"  # per-token divergence estimator for the filter: k1, k2, k3
+    kl_reduce: str = "sum"  # reduce per-token estimates over completion tokens: sum or mean
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"unknown variant {self.variant!r}; valid: {sorted(VARIANTS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"unknown kl_estimator {self.kl_estimator!r}; valid: {list(KL_ESTIMATORS)}")
+        if self.kl_reduce not in KL_REDUCES:
+            raise ValueError(f"unknown kl_reduce {self.kl_reduce!r}; valid: {list(KL_REDUCES)}")
+        if not self.C > 0:
+            raise ValueError(f"C must be > 0, got {self.C!r}")
+        if not self.g > 0:
+            raise ValueError(f"g must be > 0, got {self.g!r}")
+        if not 0 < self.eps < 1:
+            raise ValueError(f"eps must satisfy 0 < eps < 1, got {self.eps!r}")
+
+    @property
+    def base(self) -> str:
+        """The unfiltered base variant: 'nois', 'vis' or 'tis'."""
+        return VARIANTS[self.variant][0]
+
+    @property
+    def filtered(self) -> bool:
+        """True for the f-* variants (divergence filter on non-positive advantages)."""
+        return VARIANTS[self.variant][1]
+
+
+def sequence_divergence(logp: Tensor, gen_logp: Tensor, mask: Tensor, estimator: str = "k3", reduce: str = "sum") -> Tensor:
+    """D_i from the sampled tokens (see module docstring); detached, 0 for empty sequences."""
+    m = mask != 0  # [B, T]
+    x = torch.where(m, gen_logp.detach() - logp.detach(), torch.zeros_like(logp))  # [B, T] log pi_gen/pi_theta
+    x = x.clamp(-LOG_CLAMP, LOG_CLAMP)  # [B, T]
+    if estimator == "k1":
+        k = x  # [B, T]
+    elif estimator == "k2":
+        k = 0.5 * x * x  # [B, T]
+    elif estimator == "k3":
+        k = torch.expm1(x) - x  # [B, T] e^x - 1 - x, accurate near 0
+    else:
+        raise ValueError(f"unknown kl_estimator {estimator!r}; valid: {list(KL_ESTIMATORS)}")
+    D = torch.where(m, k, torch.zeros_like(k)).sum(-1)  # [B]
+    if reduce == "mean":
+        D = D / m.sum(-1).clamp(min=1).to(D.dtype)  # [B]
+    elif reduce != "sum":
+        raise ValueError(f"unknown kl_reduce {reduce!r}; valid: {list(KL_REDUCES)}")
+    return D  # [B]
+
+
+def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor, cfg: LossConfig) -> tuple[Tensor, dict[str, float]]:
+    """Scalar loss to minimise and a dict of python-float stats (keys: STAT_KEYS)."""
+    if logp.dim() != 2 or gen_logp.shape != logp.shape or mask.shape != logp.shape:
+        raise ValueError(f"logp, gen_logp, mask must all be [B, T]; got {tuple(logp.shape)}, {tuple(gen_logp.shape)}, {tuple(mask.shape)}")
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be [B]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    B = logp.shape[0]
+    m = mask != 0  # [B, T] completion tokens
+    mf = m.to(logp.dtype)  # [B, T]
+    n_tok = mf.sum(-1)  # [B] |a_i|
+    logp = torch.where(m, logp, torch.zeros_like(logp))  # [B, T] padding -> 0 (grad 0 there)
+    gen = torch.where(m, gen_logp.detach(), torch.zeros_like(logp)).to(logp.dtype)  # [B, T]
+    adv = advantages.detach().to(logp.dtype)  # [B]
+
+    # filter: zero non-positive advantages of sequences too far from the generator
+    D = sequence_divergence(logp, gen, m, cfg.kl_estimator, cfg.kl_reduce)  # [B]
+    dropped = (adv < 0) & (D >= cfg.g) if cfg.filtered else torch.zeros_like(m[:, 0])  # [B] (A_i == 0: no-op)
+    adv = torch.where(dropped, torch.zeros_like(adv), adv)  # [B]
+
+    # ratios: value-clamped log-ratio, gradient d/dlogp via the live (logp - sg(logp)) part
+    log_is = (logp.detach() - gen).clamp(-LOG_CLAMP, LOG_CLAMP)  # [B, T] log pi_theta/pi_gen, no grad
+    is_ratio = log_is.exp()  # [B, T] pi_theta/pi_gen, no grad
+    live = logp - logp.detach()  # [B, T] 0 in value, d/dlogp = 1
+    R = torch.exp(log_is + live) if cfg.base == "vis" else torch.exp(live)  # [B, T]
+    unclipped = R * adv[:, None]  # [B, T]
+    clipped = R.clamp(1 - cfg.eps, 1 + cfg.eps) * adv[:, None]  # [B, T]
+    term = torch.minimum(unclipped, clipped)  # [B, T]
+    if cfg.base == "tis":
+        term = term * is_ratio.clamp(max=cfg.C)  # [B, T] detached truncated weight
+    per_seq = (term * mf).sum(-1) / n_tok.clamp(min=1)  # [B]
+    loss = -per_seq.sum() / max(B, 1)  # []
+
+    with torch.no_grad():  # stats over completion tokens only, one device sync
+        n_all = mf.sum().clamp(min=1)  # []
+        any_tok = m.any()  # []
+        one = torch.ones((), dtype=logp.dtype, device=logp.device)  # []
+        r_min = torch.where(m, is_ratio, torch.full_like(is_ratio, float("inf"))).flatten().amin() if m.numel() else one  # []
+        r_max = torch.where(m, is_ratio, torch.zeros_like(is_ratio)).flatten().amax() if m.numel() else one  # []
+        has = n_tok > 0  # [B]
+        stats = torch.stack([
+            torch.where(any_tok, (is_ratio * mf).sum() / n_all, one),  # []
+            torch.where(any_tok, r_min, one),  # []
+            torch.where(any_tok, r_max, one),  # []
+            ((is_ratio > cfg.C) & m).sum() / n_all,  # []
+            dropped.sum() / max(B, 1),  # []
+            (D * has).sum() / has.sum().clamp(min=1),  # [] over non-empty sequences
+            ((clipped < unclipped) & m).sum() / n_all,  # []
+            loss.detach(),  # []
+        ]).tolist()
+    return loss, dict(zip(STAT_KEYS, stats))

@@ -1,0 +1,135 @@
+"""``arith``: synthetic word-form addition/subtraction, generated on the fly (no files).
+
+Example ``"train/123"`` with seed 0 might be ``"What is 48 plus 27?"`` -> ``"75"``.
+Prompts are short enough for tiny character-level models::
+
+    prompt:     "Q: What is 48 plus 27?\\nA: "
+    reference:  "#### 75"
+
+There is no format instruction in the prompt (it would dwarf the question);
+the supervised warm start on reference completions teaches the ``#### <answer>``
+line. The reward compares the answer as an exact number (``"75"``, ``"75.0"``,
+``"$75"`` all match; see :mod:`swarm_node.tasks.answer`).
+
+Generation: example ``i`` of split ``s`` is drawn from
+``random.Random(f"arith/{seed}/{s}/{i}")``, so any node rebuilds it from its id
+and the options alone, and :meth:`ArithTask.split` is a lazy sequence. Operands
+are uniform in ``[0, 10**digits)``; for ``minus`` the operands are ordered so
+that ``a >= b`` (answers are never negative). Held-out test set: every
+problem ``(op, {a, b})`` (operand order ignored, so ``27 plus 48`` goes with
+``48 plus 27``) is assigned to test iff a BLAKE2b hash of it falls in the
+first :data:`TEST_FRACTION` of the hash range, independently of ``seed``;
+each split draws by rejection sampling from its own side only, so no test
+problem ever appears in train, for any seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from itertools import product
+
+from swarm_node.tasks.answer import format_answer, numbers_equal
+from swarm_node.tasks.base import Example, LazySplit, Task, parse_example_id
+
+__all__ = ["ArithTask", "OPS", "TEST_FRACTION"]
+
+#: Operator word -> function.
+OPS = {"plus": lambda a, b: a + b, "minus": lambda a, b: a - b, "times": lambda a, b: a * b}
+#: Share of all problems held out for the test split.
+TEST_FRACTION = 0.1
+_TEST_BUCKETS = 1000  # hash buckets; the first TEST_FRACTION of them are test
+_MAX_DRAWS = 100_000  # rejection-sampling bound; unreachable once __init__ checked both sides
+_ENUMERATE_LIMIT = 200_000  # problem spaces up to this size are checked exhaustively
+
+
+def is_test_problem(op: str, a: int, b: int) -> bool:
+    """Whether problem ``a op b`` belongs to the held-out test side."""
+    lo, hi = sorted((a, b))
+    digest = hashlib.blake2b(f"{op}:{lo}:{hi}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % _TEST_BUCKETS < TEST_FRACTION * _TEST_BUCKETS
+
+
+class ArithTask(Task):
+    """Seeded synthetic arithmetic; see the module docstring."""
+
+    name = "arith"
+
+    def __init__(
+        self,
+        digits: int = 2,
+        ops: Sequence[str] = ("plus", "minus"),
+        seed: int = 0,
+        train_size: int = 100_000,
+        test_size: int = 500,
+    ) -> None:
+        if isinstance(ops, str):
+            ops = (ops,)
+        if not isinstance(digits, int) or not 1 <= digits <= 18:
+            raise ValueError(f"arith: digits must be an int in 1..18, got {digits!r}")
+        if not ops or any(op not in OPS for op in ops):
+            raise ValueError(f"arith: ops must be a non-empty subset of {tuple(OPS)}, got {ops!r}")
+        for key, size in (("train_size", train_size), ("test_size", test_size)):
+            if not isinstance(size, int) or not 1 <= size <= 10**18:
+                raise ValueError(f"arith: {key} must be a positive int, got {size!r}")
+        self.digits = digits
+        self.ops = tuple(dict.fromkeys(ops))
+        self.seed = int(seed)
+        self._sizes = {"train": train_size, "test": test_size}
+        self._check_both_sides_nonempty()
+        self._splits = {s: LazySplit(n, lambda i, s=s: self._make(s, i)) for s, n in self._sizes.items()}
+
+    def split(self, name: str) -> Sequence[Example]:
+        try:
+            return self._splits[name]
+        except (KeyError, TypeError):
+            raise self._unknown_split(name) from None
+
+    def example(self, example_id: str) -> Example | None:
+        parsed = parse_example_id(example_id)
+        if parsed is None:
+            return None
+        split, index = parsed
+        if split not in self._sizes or index >= self._sizes[split]:
+            return None
+        return self._make(split, index)
+
+    def prompt(self, example: Example) -> str:
+        return f"Q: {example.question}\nA: "
+
+    def reference_completion(self, example: Example) -> str:
+        return format_answer(example.answer)
+
+    def check_answer(self, answer: str, example: Example) -> bool:
+        return numbers_equal(answer, example.answer)
+
+    def _make(self, split: str, index: int) -> Example:
+        rng = random.Random(f"arith/{self.seed}/{split}/{index}")
+        want_test = split == "test"
+        top = 10**self.digits
+        for _ in range(_MAX_DRAWS):
+            op = rng.choice(self.ops)
+            a, b = rng.randrange(top), rng.randrange(top)
+            if op == "minus" and a < b:
+                a, b = b, a
+            if is_test_problem(op, a, b) == want_test:
+                return Example(f"{split}/{index}", f"What is {a} {op} {b}?", str(OPS[op](a, b)))
+        raise RuntimeError(f"arith: no {split} problem found for index {index}")  # pragma: no cover
+
+    def _check_both_sides_nonempty(self) -> None:
+        top = 10**self.digits
+        if top * top * len(self.ops) > _ENUMERATE_LIMIT:
+            return  # millions of problems: each side is non-empty with certainty
+        sides = {is_test_problem(op, a, b) for op in self.ops for a, b in product(range(top), repeat=2)}
+        if sides != {False, True}:
+            raise ValueError(
+                f"arith: digits={self.digits}, ops={self.ops} leave the "
+                f"{'test' if True not in sides else 'train'} side empty; use more digits or ops"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"ArithTask(digits={self.digits}, ops={self.ops}, seed={self.seed}, "
+            f"train_size={self._sizes['train']}, test_size={self._sizes['test']})"
+        )

@@ -1,0 +1,84 @@
+"""Trainer: one optimizer step of the F-TIS objective over a round's merged groups.
+
+The batch is every completion of every group (own and peers'). Advantages are computed per
+group (`loss.group_advantages`), then sequences are processed in micro-batches whose losses are
+weighted by their share of the batch, so the accumulated gradient equals the gradient of the
+paper's objective over the whole batch: -(1/B) sum_i (1/|a_i|) sum_t term_it.
+
+Sequences whose advantage is exactly zero (groups where every completion got the same reward)
+contribute exactly zero loss and gradient under every variant, so they are not run through the
+model at all: they still count in B, and `train/active_frac` reports the share that was run.
+Stats are therefore computed over the active sequences.
+
+The trainer also owns the policy version: the number of optimizer steps taken, which the node
+stamps on its packets so receivers know how stale a generator was.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from swarm_node.backend import Policy
+from swarm_node.codec import Group
+from swarm_node.config import NodeConfig
+from swarm_node.loss import group_advantages, policy_loss
+
+
+def _merge_stats(acc: dict[str, float], stats: dict[str, float], weight: float) -> None:
+    """Fold one micro-batch's stats into `acc`: max/min keys by max/min, the rest weighted means."""
+    for key, value in stats.items():
+        if key.endswith("_max"):
+            acc[key] = max(acc.get(key, value), value)
+        elif key.endswith("_min"):
+            acc[key] = min(acc.get(key, value), value)
+        else:
+            acc[key] = acc.get(key, 0.0) + weight * value
+
+
+class Trainer:
+    """Holds the optimizer and the policy version; `step(groups)` is one update."""
+
+    def __init__(self, policy: Policy, cfg: NodeConfig):
+        self.policy, self.cfg = policy, cfg
+        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.train.lr,
+                                           weight_decay=cfg.train.weight_decay)
+        self.policy_version = 0
+
+    def step(self, groups: list[Group]) -> dict[str, float]:
+        """One optimizer step on all completions of `groups`; returns the loss stats."""
+        start = time.perf_counter()
+        prompts = [g.prompt_tokens.tolist() for g in groups for _ in g.completions]
+        completions = [c.tokens.tolist() for g in groups for c in g.completions]
+        gen_logps = [c.logprobs for g in groups for c in g.completions]
+        rewards = torch.tensor([c.reward for g in groups for c in g.completions], dtype=torch.float32)  # [N]
+        group_ids = torch.tensor([k for k, g in enumerate(groups) for _ in g.completions])  # [N]
+        advantages = group_advantages(rewards, group_ids)  # [N]
+        active = [i for i in range(len(completions)) if advantages[i] != 0 and len(completions[i]) > 0]
+        total = len(completions)
+        stats: dict[str, float] = {}
+        self.policy.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        micro = self.cfg.train.micro_batch
+        for s in range(0, len(active), micro):
+            idx = active[s:s + micro]
+            logp, mask = self.policy.token_logprobs([prompts[i] for i in idx], [completions[i] for i in idx],
+                                                    self.cfg.rollout.temperature, self.cfg.train.logprob_chunk)  # [b, T], [b, T]
+            gen = torch.zeros_like(logp)  # [b, T]
+            for row, i in enumerate(idx):
+                gen[row, :len(gen_logps[i])] = torch.from_numpy(gen_logps[i].astype("float32"))
+            loss, mb_stats = policy_loss(logp, gen, advantages[idx].to(logp.device), mask, self.cfg.loss)
+            (loss * len(idx) / total).backward()
+            _merge_stats(stats, mb_stats, len(idx) / len(active))
+        grad_norm = 0.0
+        if active:
+            params = self.policy.trainable_parameters()
+            if self.cfg.train.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.train.max_grad_norm))
+            self.optimizer.step()
+            self.policy_version += 1
+        stats.update({"train/sequences": total, "train/active_frac": len(active) / max(total, 1),
+                      "train/grad_norm": grad_norm, "train/policy_version": self.policy_version,
+                      "time/train_s": time.perf_counter() - start})
+        return stats
