@@ -62,8 +62,8 @@ def valid_vectors() -> dict[str, tuple[Packet, str]]:
     v["empty_group"] = (packet([Group("gsm8k", "train/5", np.zeros(0, np.uint32), [])]),
                         "a group with no completions and an empty prompt")
     v["several_groups"] = (packet([group(rng, 3, 4, example_id=f"train/{i}", reward=float(i) / 2) for i in range(3)]
-                                  + [group(rng, 1, 2, task="math", example_id="test/9")]),
-                           "four groups from two tasks")
+                                  + [group(rng, 1, 2, task="math", example_id="test/9")], policy_version=300),
+                           "four groups from two tasks; uint16 policy_version")
     v["unicode_ids"] = (packet([group(rng, 1, 3, task="数学", example_id="train/第17题 ✓")],
                                run_id="swarm-🐝-1", model_id="org/模型-0.5B"),
                         "non-ASCII run id, model id, task and example id (raw UTF-8 in msgpack str)")
@@ -77,7 +77,7 @@ def valid_vectors() -> dict[str, tuple[Packet, str]]:
         "log-probs -0.0, smallest subnormal, smallest normal, lowest float32; rewards -0.0, huge, subnormal")
     v["int_widths"] = (packet([group(rng, 1, 70, example_id="x" * 31, task="y" * 32)],
                               policy_version=128, round=65536, created_at=2**32),
-                       "uint8/uint32/uint64 ints, fixstr (31 bytes) vs str8 (32 bytes), bin8 (280 bytes)")
+                       "uint8/uint32/uint64 ints, fixstr (31 bytes) vs str8 (32 bytes), bin16 (280 bytes)")
     big_token = np.array([0xFFFFFFFF, 0, 0x7FFFFFFF], np.uint32)
     s256 = "é" * (MAX_STR_BYTES // 2)  # 128 two-byte chars = 256 UTF-8 bytes
     v["max_strings_ints"] = (packet([Group("t" * MAX_STR_BYTES, s256, big_token,

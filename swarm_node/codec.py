@@ -173,8 +173,12 @@ def _normalize(p: Packet) -> Packet:
                 raise PacketError("bad_type", f"{w} must be a Completion")
             if isinstance(c.reward, (bool, np.bool_)) or not isinstance(c.reward, (int, float, np.integer, np.floating)):
                 raise PacketError("bad_type", f"{w}.reward must be a float")
+            try:
+                reward = float(c.reward)
+            except OverflowError:
+                raise PacketError("bad_value", f"{w}.reward does not fit a float64") from None
             comps.append(Completion(_as_array(c.tokens, "<u4", w + ".tokens"), _as_array(c.logprobs, "<f4", w + ".logprobs"),
-                                    _norm_str(c.finish_reason, w + ".finish_reason"), float(c.reward)))
+                                    _norm_str(c.finish_reason, w + ".finish_reason"), reward))
         groups.append(Group(_norm_str(g.task, f"groups[{gi}].task"), _norm_str(g.example_id, f"groups[{gi}].example_id"),
                             _as_array(g.prompt_tokens, "<u4", f"groups[{gi}].prompt_tokens"), comps))
     s, i = _norm_str, _norm_int
@@ -402,8 +406,10 @@ def decode(data: bytes, vocab_size: int | None = None) -> Packet:
     vocab_size: when given, every completion and prompt token id must be < vocab_size.
     Arrays in the result are read-only views over the packet's bin bytes.
     """
-    if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0):
-        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")  # caller bug, not hostile input
+    if vocab_size is not None:
+        if isinstance(vocab_size, (bool, np.bool_)) or not isinstance(vocab_size, (int, np.integer)) or vocab_size <= 0:
+            raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")  # caller bug, not hostile input
+        vocab_size = int(vocab_size)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise PacketError("bad_type", f"packet data must be bytes, got {type(data).__name__}")
     if len(data) > MAX_PACKET_BYTES or (isinstance(data, memoryview) and data.nbytes > MAX_PACKET_BYTES):

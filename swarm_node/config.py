@@ -184,8 +184,11 @@ class NodeConfig:
     """Output directory: metrics.jsonl, node.log, config.yaml, checkpoints/."""
     name: str = ""
     """Display name of this node in logs and plots; empty = derived from the model name."""
+    threads: int = 0
+    """CPU threads for torch (0 = torch's default; 1 is fastest for tiny models sharing a CPU)."""
 
     def __post_init__(self):
+        _check(self.threads >= 0, "threads must be >= 0")
         if not self.name:
             self.name = Path(self.model.name.rstrip("/")).name
 

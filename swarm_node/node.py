@@ -53,6 +53,8 @@ def run(cfg: NodeConfig, resume: bool = False, exchange=None, on_round=None) -> 
     """
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
     cfg.save(out / "config.yaml")
     task = load_task(cfg.task.name, cfg.task.data, **cfg.task.options)
     eval_task = load_task(cfg.task.eval_task, cfg.task.data) if cfg.task.eval_task else task
@@ -80,13 +82,13 @@ def run(cfg: NodeConfig, resume: bool = False, exchange=None, on_round=None) -> 
                 t = time.perf_counter()
                 examples = round_examples(task, r, cfg.rollout.prompts_per_round, prompt_key)
                 own = generate_groups(policy, task, examples, cfg.rollout, generator)
-                row.update(group_stats(own), {"time/generate_s": time.perf_counter() - t})
+                row.update(group_stats(own), **{"time/generate_s": time.perf_counter() - t})
 
                 # ---------------------------------------------------------------- exchange
                 peer_groups = []
                 if exchange is not None:
                     peer_groups, swarm_stats = exchange.round(r, trainer.policy_version, own)
-                    row.update(swarm_stats, group_stats(peer_groups, prefix="peer/"))
+                    row.update(swarm_stats, **group_stats(peer_groups, prefix="peer/"))
 
                 # ---------------------------------------------------------------- merge + train
                 batch = combine(own, peer_groups, cfg.swarm.mode)

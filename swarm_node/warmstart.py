@@ -51,7 +51,7 @@ def supervised_steps(policy: Policy, task: Task, steps: int, lr: float, batch: i
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
         optimizer.step()
-        loss_value = float(loss)
+        loss_value = loss.item()
         if on_step is not None:
             on_step(step + 1, loss_value)
     return loss_value
