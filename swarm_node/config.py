@@ -10,6 +10,7 @@ run's metrics and inside every checkpoint (`NodeConfig.to_dict()` / `save()`).
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,18 +200,35 @@ class NodeConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
+def _coerce(value: Any, hint: Any, path: str) -> Any:
+    """Check a YAML value against a field's type, converting the forms YAML leaves ambiguous
+    (`1e-4` is a string in YAML 1.1; `2` for a float field is an int)."""
+    if hint is float and isinstance(value, (int, str)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    simple = {int: int, float: float, str: str, bool: bool}.get(hint)
+    if simple is not None and (not isinstance(value, simple) or (simple is int and isinstance(value, bool))):
+        raise ConfigError(f"{path}: expected {simple.__name__}, got {value!r}")
+    if typing.get_origin(hint) is list and not isinstance(value, list):
+        raise ConfigError(f"{path}: expected a list, got {value!r}")
+    return value
+
+
 def _build(cls, data: dict[str, Any], where: str):
     """Build dataclass `cls` from a nested dict, rejecting unknown keys with their dotted path."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else key
         if key not in fields:
             raise ConfigError(f"unknown config key {path!r} (valid: {', '.join(fields)})")
         sub = _SECTIONS.get(key) if cls is NodeConfig else None
-        kwargs[key] = _build(sub, value or {}, path) if sub else value
+        kwargs[key] = _build(sub, value or {}, path) if sub else _coerce(value, hints[key], path)
     try:
         return cls(**kwargs)
     except TypeError as e:

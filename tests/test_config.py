@@ -53,3 +53,12 @@ def test_unreadable_and_invalid_files(tmp_path):
     bad.write_text("model: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_yaml_ambiguities_are_coerced_and_types_checked():
+    cfg = load_config(None, ["train.lr=1e-2", "loss.C=3", "train.rounds=7"])
+    assert cfg.train.lr == 0.01 and isinstance(cfg.loss.C, float) and cfg.train.rounds == 7
+    with pytest.raises(ConfigError, match="train.rounds: expected int"):
+        load_config(None, ["train.rounds=many"])
+    with pytest.raises(ConfigError, match="swarm.peers: expected a list"):
+        load_config(None, ["swarm.peers=3"])

@@ -52,6 +52,11 @@ PROMPT_TEMPLATE = (
     "on its own last line as '#### <answer>'.\n\nQuestion: {question}\nAnswer: "
 )
 
+#: Largest and smallest (as 10**-x) magnitude a numeric subexpression of a prediction may have.
+MAX_LOG10 = 1000
+#: A power with a symbolic base may have an exponent up to 10**this (``x^{1000}``) in a prediction.
+MAX_SYMBOLIC_EXPONENT_LOG10 = 3
+
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 
@@ -84,6 +89,48 @@ def _closing_brace(s: str, open_at: int) -> int:
             if depth == 0:
                 return i
     return -1
+
+
+def is_safe_to_compare(expr: object) -> bool:
+    """False if comparing ``expr`` could force sympy into one huge C-level computation.
+
+    Exact evaluation of ``9^{9^{9}}`` or ``(10^{100})!`` is a single big-int
+    operation that no thread-safe deadline can interrupt, so parsed predictions
+    are screened first: every numeric subexpression is estimated with a cheap
+    5-digit ``evalf`` (mpmath, exponent arithmetic only) and must stay within
+    ``10**±MAX_LOG10``; a power with a symbolic base may not have an exponent
+    above ``10**MAX_SYMBOLIC_EXPONENT_LOG10``. No MATH answer comes anywhere near these bounds.
+    """
+    from sympy import Basic, Pow, preorder_traversal
+
+    if not isinstance(expr, Basic):
+        return True
+    for node in preorder_traversal(expr):
+        if node.is_Atom:
+            continue
+        if isinstance(node, Pow) and node.exp.is_number and not node.base.is_number:
+            if not _within(node.exp, MAX_SYMBOLIC_EXPONENT_LOG10, tiny_ok=True):
+                return False
+        if node.is_number and not _within(node, MAX_LOG10, tiny_ok=False):
+            return False
+    return True
+
+
+def _within(value, log10_bound: int, *, tiny_ok: bool) -> bool:
+    """Whether ``|value| <= 10**log10_bound`` (and, unless ``tiny_ok``, ``>= 10**-log10_bound``)."""
+    from sympy import Float
+
+    bound = Float(f"1e{log10_bound}")
+    try:
+        parts = value.evalf(5).as_real_imag()
+    except Exception:  # noqa: BLE001 - no estimate: leave it to the deadline
+        return True
+    for part in parts:
+        if isinstance(part, Float) and part.is_finite and part != 0:
+            magnitude = abs(part)
+            if magnitude > bound or (not tiny_ok and magnitude < 1 / bound):
+                return False
+    return True
 
 
 def _parse(latex: str) -> list:
@@ -168,6 +215,6 @@ class Math500Task(Task):
 
         gold_parsed = list(_parse_gold(gold))
         pred_parsed = _parse(pred)
-        if not gold_parsed or not pred_parsed:
+        if not gold_parsed or not pred_parsed or not all(map(is_safe_to_compare, pred_parsed)):
             return False
         return bool(math_verify.verify(gold_parsed, pred_parsed, timeout_seconds=None))

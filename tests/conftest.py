@@ -1,0 +1,29 @@
+"""Shared fixtures: tiny policies, the arith task, and an isolated warm-start cache."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+DATA = Path(os.environ.get("SWARM_NODE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Warm-started models go to a per-session temp cache, never to the user's ~/.cache."""
+    monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="session")
+def arith():
+    from swarm_node.tasks import load_task
+
+    return load_task("arith")
+
+
+@pytest.fixture
+def tiny_policy():
+    from swarm_node.backend import Policy
+    from swarm_node.config import ModelConfig
+
+    return Policy.load(ModelConfig(name="tiny-s", init_seed=0))

@@ -1,0 +1,64 @@
+"""Checkpoints: atomic writes, the previous checkpoint survives a torn write, clear errors."""
+
+import os
+
+import pytest
+import torch
+
+from swarm_node.backend import Policy
+from swarm_node.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm_node.config import ModelConfig, NodeConfig
+
+
+def _save(tmp_path, policy, round_):
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-3)
+    return save_checkpoint(tmp_path, policy, opt, {"round": round_, "policy_version": round_}, NodeConfig(),
+                           torch.Generator().manual_seed(round_))
+
+
+def test_save_load_and_keep_two(tmp_path, tiny_policy):
+    for r in (1, 2, 3):
+        path = _save(tmp_path, tiny_policy, r)
+    assert latest_checkpoint(tmp_path) == path and path.name == "round-000003"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("round-*")) == ["round-000002", "round-000003"]
+    gen = torch.Generator()
+    opt = torch.optim.AdamW(tiny_policy.trainable_parameters(), lr=1e-3)
+    state = load_checkpoint(path, opt, gen)
+    assert state == {"round": 3, "policy_version": 3}
+    assert torch.equal(gen.get_state(), torch.Generator().manual_seed(3).get_state())
+    reloaded = Policy.load(ModelConfig(name=str(path / "model")))
+    for a, b in zip(tiny_policy.model.parameters(), reloaded.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_torn_write_leaves_previous_checkpoint(tmp_path, tiny_policy):
+    good = _save(tmp_path, tiny_policy, 1)
+    # What a kill -9 in the middle of writing round 2 leaves behind: a temp dir without state.json.
+    torn = tmp_path / "checkpoints" / ".tmp-round-000002-999"
+    (torn / "model").mkdir(parents=True)
+    (torn / "optimizer.pt").write_bytes(b"\x00" * 10)
+    assert latest_checkpoint(tmp_path) == good
+    # A `latest` pointer naming an incomplete directory falls back to the newest complete one.
+    (tmp_path / "checkpoints" / "round-000002").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("round-000002")
+    assert latest_checkpoint(tmp_path) == good
+
+
+def test_no_checkpoint(tmp_path):
+    assert latest_checkpoint(tmp_path) is None
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_directory_is_a_clear_error(tmp_path, tiny_policy):
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(CheckpointError, match="cannot write checkpoint"):
+            _save(tmp_path, tiny_policy, 1)
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_write_failure_is_a_clear_error(tmp_path, tiny_policy):
+    (tmp_path / "checkpoints").write_text("a file where the directory should be")
+    with pytest.raises(CheckpointError, match="cannot write checkpoint"):
+        _save(tmp_path, tiny_policy, 1)
