@@ -33,7 +33,9 @@ from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
-from hivemind.proto import crypto_pb2
+from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+from hivemind.p2p.p2p_daemon_bindings.utils import raise_if_failed, read_pbmsg_safe, write_pbmsg
+from hivemind.proto import crypto_pb2, p2pd_pb2
 from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
 from hivemind.utils.multiaddr import Multiaddr
 
@@ -329,6 +331,7 @@ class Swarm:
             t.cancel()
         if others:
             await asyncio.wait(others, timeout=2)
+        await asyncio.sleep(0.05)  # let closed transports run their connection_lost callbacks
 
     def _kill_p2pd(self) -> None:
         pid = self._p2pd_pid
@@ -504,7 +507,7 @@ class Swarm:
 
         async def transfer() -> tuple[bytes | None, str]:
             nonlocal writer
-            info, reader, writer = await self._p2p.call_binary_stream_handler(pid, FETCH_PROTOCOL)
+            info, reader, writer = await self._open_stream(pid)
             if info.peer_id != pid:
                 return None, "wrong_peer"
             writer.write(encode_frame({"run_id": self.settings.run_id, "digest": digest}))
@@ -552,6 +555,20 @@ class Swarm:
             self.stats["bytes_in"] += len(data)
             self.stats["packets_in"] += 1
         return data, reason
+
+    async def _open_stream(self, pid: PeerID) -> tuple[StreamInfo, asyncio.StreamReader, asyncio.StreamWriter]:
+        # = P2P.call_binary_stream_handler, but closes the p2pd control socket when opening fails or is cancelled
+        reader, writer = await self._p2p._client.control.daemon_connector.open_connection()
+        try:
+            await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.STREAM_OPEN, streamOpen=(
+                p2pd_pb2.StreamOpenRequest(peer=pid.to_bytes(), proto=[FETCH_PROTOCOL]))))
+            response = p2pd_pb2.Response()
+            await read_pbmsg_safe(reader, response)
+            raise_if_failed(response)
+            return StreamInfo.from_protobuf(response.streamInfo), reader, writer
+        except BaseException:
+            writer.close()
+            raise
 
     async def _acollect(self, wanted, seen: set[str], min_packets: int, deadline_s: float, poll_s: float,
                         keep) -> list[Received]:

@@ -1,0 +1,45 @@
+"""CLI: commands parse, user errors are one line (no traceback), train/eval run end to end."""
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from swarm_node.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("train", "join", "eval", "protocol"):
+        assert command in result.output
+
+
+def test_bad_config_value_is_one_clear_line(tmp_path):
+    result = runner.invoke(app, ["train", "--set", "train.lrr=3", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "error: unknown config key 'train.lrr'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unknown_model_is_one_clear_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "swarm_node", "eval", "--model", str(tmp_path / "missing")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "error: cannot load model" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_train_then_eval_the_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["train", "--model", "tiny-s", "--rounds", "1", "--out", str(out),
+                                 "--set", "rollout.group_size=2", "--set", "rollout.max_new_tokens=4",
+                                 "--set", "task.eval_limit=4", "--set", "threads=1"])
+    assert result.exit_code == 0, result.output
+    assert (out / "metrics.jsonl").exists() and (out / "node.log").exists()
+    model = out / "checkpoints" / "round-000001" / "model"
+    result = runner.invoke(app, ["eval", "--model", str(model), "--task", "arith", "--limit", "5",
+                                 "--max-new-tokens", "4"])
+    assert result.exit_code == 0, result.output
+    assert "arith pass@1 = " in result.output and "on 5 examples" in result.output
