@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 PRESETS = {
     "tiny-s": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=192),
-    "tiny-m": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=384),
+    "tiny-m": dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=288),
     "tiny-l": dict(hidden_size=192, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2, intermediate_size=576),
 }
 CHAR_SPECIALS = ["<|pad|>", "<|endoftext|>", "<|unk|>"]

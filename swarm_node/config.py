@@ -116,9 +116,9 @@ class TrainConfig:
     """Seed for prompt sampling and generation."""
     warmstart_steps: int = 0
     """Supervised steps on reference completions before RL (gives a tiny random model some reward signal)."""
-    warmstart_lr: float = 3e-3
+    warmstart_lr: float = 1e-3
     """Learning rate of the supervised warm start."""
-    warmstart_batch: int = 32
+    warmstart_batch: int = 64
     """Examples per warm-start step."""
 
     def __post_init__(self):

@@ -28,6 +28,7 @@ from swarm_node.config import ModelConfig, NodeConfig
 from swarm_node.tasks import Task
 
 log = logging.getLogger(__name__)
+WARMUP_STEPS = 100
 
 
 def cache_root() -> Path:
@@ -37,8 +38,13 @@ def cache_root() -> Path:
 
 def supervised_steps(policy: Policy, task: Task, steps: int, lr: float, batch: int, seed: int,
                      on_step: Callable[[int, float], None] | None = None) -> float:
-    """`steps` AdamW steps of next-token cross-entropy on reference completions; returns the last loss."""
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=lr)
+    """`steps` AdamW steps of next-token cross-entropy on reference completions; returns the last loss.
+
+    Linear learning-rate warm-up over the first WARMUP_STEPS steps and gradient clipping at 1.0:
+    without them tiny transformers at lr ~1e-3 stall or spike on this task.
+    """
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     train, rng, loss_value = task.split("train"), random.Random(seed), float("nan")
     policy.model.train()
     for step in range(steps):
@@ -51,6 +57,7 @@ def supervised_steps(policy: Policy, task: Task, steps: int, lr: float, batch: i
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
         optimizer.step()
+        schedule.step()
         loss_value = loss.item()
         if on_step is not None:
             on_step(step + 1, loss_value)

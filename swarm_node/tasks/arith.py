@@ -14,7 +14,8 @@ line. The reward compares the answer as an exact number (``"75"``, ``"75.0"``,
 Generation: example ``i`` of split ``s`` is drawn from
 ``random.Random(f"arith/{seed}/{s}/{i}")``, so any node rebuilds it from its id
 and the options alone, and :meth:`ArithTask.split` is a lazy sequence. Operands
-are uniform in ``[0, 10**digits)``; for ``minus`` the operands are ordered so
+are uniform in ``[0, 10**digits)`` (the second in ``[0, 10**second_digits)``,
+``second_digits`` defaulting to ``digits``); for ``minus`` the operands are ordered so
 that ``a >= b`` (answers are never negative). Held-out test set: every
 problem ``(op, {a, b})`` (operand order ignored, so ``27 plus 48`` goes with
 ``48 plus 27``) is assigned to test iff a BLAKE2b hash of it falls in the
@@ -63,6 +64,7 @@ class ArithTask(Task):
         seed: int = 0,
         train_size: int = 100_000,
         test_size: int = 500,
+        second_digits: int | None = None,
     ) -> None:
         if isinstance(ops, str):
             ops = (ops,)
@@ -73,7 +75,10 @@ class ArithTask(Task):
         for key, size in (("train_size", train_size), ("test_size", test_size)):
             if not isinstance(size, int) or not 1 <= size <= 10**18:
                 raise ValueError(f"arith: {key} must be a positive int, got {size!r}")
+        if second_digits is not None and (not isinstance(second_digits, int) or not 1 <= second_digits <= digits):
+            raise ValueError(f"arith: second_digits must be an int in 1..digits, got {second_digits!r}")
         self.digits = digits
+        self.second_digits = digits if second_digits is None else second_digits
         self.ops = tuple(dict.fromkeys(ops))
         self.seed = int(seed)
         self._sizes = {"train": train_size, "test": test_size}
@@ -107,10 +112,10 @@ class ArithTask(Task):
     def _make(self, split: str, index: int) -> Example:
         rng = random.Random(f"arith/{self.seed}/{split}/{index}")
         want_test = split == "test"
-        top = 10**self.digits
+        top, second = 10**self.digits, 10**self.second_digits
         for _ in range(_MAX_DRAWS):
             op = rng.choice(self.ops)
-            a, b = rng.randrange(top), rng.randrange(top)
+            a, b = rng.randrange(top), rng.randrange(second)
             if op == "minus" and a < b:
                 a, b = b, a
             if is_test_problem(op, a, b) == want_test:
@@ -118,10 +123,10 @@ class ArithTask(Task):
         raise RuntimeError(f"arith: no {split} problem found for index {index}")  # pragma: no cover
 
     def _check_both_sides_nonempty(self) -> None:
-        top = 10**self.digits
-        if top * top * len(self.ops) > _ENUMERATE_LIMIT:
+        top, second = 10**self.digits, 10**self.second_digits
+        if top * second * len(self.ops) > _ENUMERATE_LIMIT:
             return  # millions of problems: each side is non-empty with certainty
-        sides = {is_test_problem(op, a, b) for op in self.ops for a, b in product(range(top), repeat=2)}
+        sides = {is_test_problem(op, a, b) for op in self.ops for a, b in product(range(top), range(second))}
         if sides != {False, True}:
             raise ValueError(
                 f"arith: digits={self.digits}, ops={self.ops} leave the "
@@ -130,6 +135,6 @@ class ArithTask(Task):
 
     def __repr__(self) -> str:
         return (
-            f"ArithTask(digits={self.digits}, ops={self.ops}, seed={self.seed}, "
+            f"ArithTask(digits={self.digits}, second_digits={self.second_digits}, ops={self.ops}, seed={self.seed}, "
             f"train_size={self._sizes['train']}, test_size={self._sizes['test']})"
         )
