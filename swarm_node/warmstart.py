@@ -6,7 +6,8 @@ task's reference completions gives it a non-zero success rate to improve on. The
 from pretrained Qwen models and needs no such phase; the demo's tiny presets do.
 
 The result is a full model directory cached on disk, keyed by everything that determines it, so
-a second run reuses it (and says so). LoRA nodes warm-start their base weights, then train only
+a second run reuses it (and says so). The recipe does not include the node's RL seed, so nodes
+that differ only in their prompts share one warm start. LoRA nodes warm-start their base weights, then train only
 the adapter during RL.
 """
 
@@ -68,7 +69,7 @@ def warmstarted_model(cfg: NodeConfig, task: Task, on_step: Callable[[int, float
     """Path of the warm-started base model for `cfg`, training and caching it on first use."""
     recipe = {"model": cfg.model.name, "init_seed": cfg.model.init_seed, "task": cfg.task.name,
               "options": cfg.task.options, "steps": cfg.train.warmstart_steps, "lr": cfg.train.warmstart_lr,
-              "batch": cfg.train.warmstart_batch, "seed": cfg.train.seed}
+              "batch": cfg.train.warmstart_batch}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_root() / "warmstart" / f"{Path(cfg.model.name).name}-{cfg.task.name}-{key}"
     if (path / "recipe.json").exists():
@@ -78,7 +79,7 @@ def warmstarted_model(cfg: NodeConfig, task: Task, on_step: Callable[[int, float
     base = ModelConfig(name=cfg.model.name, dtype=cfg.model.dtype, device=cfg.model.device, init_seed=cfg.model.init_seed)
     policy = Policy.load(base)
     loss = supervised_steps(policy, task, cfg.train.warmstart_steps, cfg.train.warmstart_lr,
-                            cfg.train.warmstart_batch, cfg.train.seed, on_step)
+                            cfg.train.warmstart_batch, cfg.model.init_seed, on_step)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save(tmp)
