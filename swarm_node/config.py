@@ -156,6 +156,8 @@ class SwarmConfig:
     """Cap on peer groups used per training step, shared fairly across peers."""
     fetch_timeout_s: float = 10.0
     """A stalled peer costs at most this per packet fetch."""
+    linger_s: float = 5.0
+    """After the last round, keep serving our packets this long so peers can fetch them."""
 
     def __post_init__(self):
         _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
@@ -164,6 +166,7 @@ class SwarmConfig:
         _check(self.staleness >= 0, "swarm.staleness must be >= 0")
         _check(self.max_peer_groups >= 0, "swarm.max_peer_groups must be >= 0")
         _check(self.fetch_timeout_s > 0, "swarm.fetch_timeout_s must be > 0")
+        _check(self.linger_s >= 0, "swarm.linger_s must be >= 0")
         _check(bool(self.run_id) and len(self.run_id) <= 64, "swarm.run_id must be 1..64 characters")
 
 

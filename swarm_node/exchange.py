@@ -61,7 +61,7 @@ class Exchange:
         stale = self._skip_stale(r if s.mode == "horizontal" else r - s.staleness)
         received = self.swarm.collect(wanted, self.seen, min_packets=s.min_peers, deadline_s=s.deadline_s)
         accepted: dict[str, list[Group]] = {}
-        n_accepted = 0
+        n_accepted, tokens_in, completions_in, packet_bytes_in = 0, 0, 0, 0
         rejected = Counter({"stale": stale}) if stale else Counter()
         expect = Expectations(run_id=s.run_id, tokenizer=self.tokenizer, round=r, staleness=s.staleness)
         for item in received:
@@ -69,6 +69,9 @@ class Exchange:
                 peer_packet = accept_packet(item.data, item.peer_id, expect, self.task, self.policy)
                 accepted.setdefault(item.peer_id, []).extend(peer_packet.groups)
                 n_accepted += 1
+                packet_bytes_in += len(item.data)
+                tokens_in += sum(len(c.tokens) for g in peer_packet.groups for c in g.completions)
+                completions_in += sum(len(g.completions) for g in peer_packet.groups)
             except Rejected as e:
                 rejected[e.reason] += 1
                 log.warning("rejected packet %s from %s: %s", item.digest[:19], item.peer_id, e)
@@ -79,7 +82,9 @@ class Exchange:
                  "swarm/peer_groups_used": len(peer_groups),
                  "swarm/bytes_out": self.swarm.stats.get("bytes_out", 0) - before.get("bytes_out", 0),
                  "swarm/bytes_in": self.swarm.stats.get("bytes_in", 0) - before.get("bytes_in", 0),
-                 "swarm/packet_bytes": len(data), "time/exchange_s": time.perf_counter() - start}
+                 "swarm/packet_bytes_out": len(data), "swarm/packet_bytes_in": packet_bytes_in,
+                 "swarm/tokens_out": sum(len(c.tokens) for g in own for c in g.completions),
+                 "swarm/tokens_in": tokens_in, "swarm/completions_in": completions_in, "time/exchange_s": time.perf_counter() - start}
         stats.update({f"swarm/rejected/{reason}": n for reason, n in rejected.items()})
         return peer_groups, stats
 
@@ -93,6 +98,14 @@ class Exchange:
                     count += 1
         return count
 
-    def close(self) -> None:
-        if self.swarm is not None:
+    def close(self, linger: bool = True) -> None:
+        """Leave the swarm; first keep serving for `swarm.linger_s` so peers can fetch our last packet."""
+        if self.swarm is None:
+            return
+        try:
+            if linger and self.cfg.swarm.linger_s > 0:
+                log.info("serving our last packet for %.0f s before leaving", self.cfg.swarm.linger_s)
+                time.sleep(self.cfg.swarm.linger_s)
+        finally:
             self.swarm.shutdown()
+            self.swarm = None

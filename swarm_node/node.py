@@ -73,6 +73,7 @@ def run(cfg: NodeConfig, resume: bool = False, exchange=None, on_round=None) -> 
         exchange.start(policy, task)
     prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{cfg.train.seed}"
     metrics, rows, last = MetricsWriter(out / "metrics.jsonl"), [], cfg.train.rounds
+    finished = False
     try:
         for r in range(first, last + 1):
             row: dict = {"round": r, "node": cfg.name}
@@ -116,8 +117,9 @@ def run(cfg: NodeConfig, resume: bool = False, exchange=None, on_round=None) -> 
             metrics.write(final)
             rows.append(final)
             log.info("out-of-distribution (%s) pass@1: %.3f", cfg.task.ood_task, result["accuracy"])
+        finished = True
     finally:
         metrics.close()
         if exchange is not None:
-            exchange.close()
+            exchange.close(linger=finished)
     return rows

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import hashlib
 import logging
 import os
 import shutil
@@ -21,10 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Container
 
-import base58
-import msgpack
 import psutil
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 import hivemind.utils.logging as _hm_logging
@@ -35,19 +31,20 @@ from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.p2p.p2p_daemon_bindings.utils import raise_if_failed, read_pbmsg_safe, write_pbmsg
-from hivemind.proto import crypto_pb2, p2pd_pb2
-from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
+from hivemind.proto import p2pd_pb2
+from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
+from .swarm_identity import IdentityLock, check_record_value, load_or_create_identity, owner_key_of, peer_id_of
+from .swarm_fetch import ERROR, MISMATCH, OVERSIZE, TIMEOUT, PacketServer, collect_offers, request_packet
 from .swarm_records import (
-    CHUNK_BYTES, FETCH_PROTOCOL, MAX_CONCURRENT_UPLOADS, MAX_OFFERS_IN_RECORD, MAX_RECORD_BYTES,
-    MAX_RECORD_TTL_S, MAX_SIGNED_RECORD_BYTES, REQUEST_TIMEOUT_S, SERVE_TIMEOUT_S, STATUS_BAD_REQUEST,
-    STATUS_BUSY, STATUS_NOT_FOUND, STATUS_OK, FrameError, IdentityLock, PeerInfo, Received, RecordError,
-    SwarmError, SwarmSettings, decode_frame_body, encode_frame, frame_length, is_digest, make_record,
-    packet_digest, parse_record, record_key,
+    FETCH_PROTOCOL, MAX_OFFERS_IN_RECORD, MAX_SIGNED_RECORD_BYTES,
+    STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, PeerInfo, Received, RecordError, SwarmError,
+    SwarmSettings, is_digest, make_record, packet_digest, parse_record, record_key,
 )
 
-__all__ = ["Swarm", "SwarmSettings", "PeerInfo", "Received", "SwarmError", "SwarmRecordValidator", "packet_digest"]
+__all__ = ["Swarm", "SwarmSettings", "PeerInfo", "Received", "SwarmError", "SwarmRecordValidator", "packet_digest",
+           "load_or_create_identity", "peer_id_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +54,8 @@ if "HIVEMIND_LOGLEVEL" not in os.environ:
     logging.getLogger("hivemind").setLevel(logging.WARNING)
 
 START_TIMEOUT_S = 60.0
-DHT_RPC_TIMEOUT_S = 2.0  # one hivemind DHT RPC (ping/store/find)
-DHT_OP_TIMEOUT_S = 6.0  # one whole DHT get/store traversal
+DHT_RPC_TIMEOUT_S = 3.0  # one hivemind DHT RPC (ping/store/find); hivemind's default
+DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
 CONNECT_TIMEOUT_S = 5.0
 MAX_PARALLEL_FETCHES = 4
 STAT_KEYS = (
@@ -68,47 +65,10 @@ STAT_KEYS = (
 )
 
 
-# ---- identity: one RSA key is both the libp2p identity and the DHT record owner key --------------
 def _wrap_rsa(key: rsa.RSAPrivateKey) -> RSAPrivateKey:
     wrapped = RSAPrivateKey.__new__(RSAPrivateKey)  # hivemind has no from_bytes(); mirror its __setstate__
     wrapped._private_key = key
     return wrapped
-
-
-def _identity_bytes(key: RSAPrivateKey) -> bytes:
-    return crypto_pb2.PrivateKey(key_type=crypto_pb2.RSA, data=key.to_bytes()).SerializeToString()
-
-
-def load_or_create_identity(path: str | None) -> tuple[RSAPrivateKey, bytes]:
-    """(key, libp2p PrivateKey protobuf bytes). A missing file is created (mode 0400, atomically)."""
-    if path is None or not os.path.exists(path):
-        key = RSAPrivateKey()
-        raw = _identity_bytes(key)
-        if path is not None:
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400), "wb") as f:
-                f.write(raw)
-            os.replace(tmp, path)
-            logger.info("created a new node identity in %s", path)
-        return key, raw
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        pb = crypto_pb2.PrivateKey.FromString(raw)
-        key = serialization.load_der_private_key(pb.data, password=None) if pb.key_type == crypto_pb2.RSA else None
-    except Exception:
-        raise SwarmError(f"{path} is not a libp2p private key file") from None
-    if not isinstance(key, rsa.RSAPrivateKey) or key.key_size < 2048:
-        raise SwarmError(f"{path}: swarm_node identities must be RSA keys of >= 2048 bits "
-                         "(the same key signs the node's DHT record)")
-    return _wrap_rsa(key), raw
-
-
-def peer_id_of(public_key: rsa.RSAPublicKey) -> str:
-    """libp2p peer id (base58) of an RSA key: multihash sha2-256 of the protobuf PublicKey (PKIX DER)."""
-    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    pb = crypto_pb2.PublicKey(key_type=crypto_pb2.RSA, data=der).SerializeToString()
-    return base58.b58encode(b"\x12\x20" + hashlib.sha256(pb).digest()).decode()
 
 
 # ---- DHT record validator -----------------------------------------------------------------------
@@ -121,7 +81,6 @@ class SwarmRecordValidator(RecordValidatorBase):
         self._rsa = RSASignatureValidator(private_key)
         self._key_id = DHTID.generate(source=record_key(run_id)).to_bytes()
         self.stats = stats if stats is not None else {"records_rejected": 0}
-        self._peer_ids: dict[bytes, str] = {}
 
     @property
     def local_public_key(self) -> bytes:
@@ -133,39 +92,12 @@ class SwarmRecordValidator(RecordValidatorBase):
             return "key is not this run's peers key"
         if record.subkey is None or len(record.value) > MAX_SIGNED_RECORD_BYTES:
             return "missing subkey or oversized value"
-        try:
-            subkey = msgpack.unpackb(record.subkey, raw=False)
-        except Exception:
-            return "undecodable subkey"
-        owner = RSASignatureValidator._PUBLIC_KEY_RE.fullmatch(subkey) if isinstance(subkey, bytes) else None
-        if owner is None:
+        owner = owner_key_of(record.subkey)
+        if owner is None:  # checked first: RSASignatureValidator accepts records without an owner
             return "subkey must be exactly [owner:<ssh-rsa public key>]"
         if not self._rsa.validate(record):
             return "bad signature"
-        value = self._rsa.strip_value(record)
-        if len(value) > MAX_RECORD_BYTES:
-            return "record too large"
-        try:
-            info = parse_record(msgpack.unpackb(value, raw=False, strict_map_key=True))
-        except (RecordError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
-            return f"schema: {e}"
-        if info.peer_id != self._owner_peer_id(owner.group(1)):
-            return "peer_id is not the owner key's libp2p peer id"
-        if record.expiration_time > time.time() + MAX_RECORD_TTL_S:
-            return "expiration too far in the future"
-        return None
-
-    def _owner_peer_id(self, ssh_key: bytes) -> str | None:
-        if ssh_key not in self._peer_ids:
-            try:
-                pub = RSAPublicKey.from_bytes(ssh_key)._public_key
-                pid = peer_id_of(pub) if pub.key_size >= 2048 else None
-            except Exception:
-                pid = None
-            if len(self._peer_ids) > 4096:
-                self._peer_ids.clear()
-            self._peer_ids[ssh_key] = pid
-        return self._peer_ids[ssh_key]
+        return check_record_value(owner, self._rsa.strip_value(record), record.expiration_time)
 
     def validate(self, record: DHTRecord) -> bool:
         reason = self.check(record)
@@ -206,6 +138,9 @@ def _is_loopback(maddr: str) -> bool:
 
 
 class Swarm:
+    """Synchronous facade over P2P + DHTNode running on a private event-loop thread. Methods may be
+    called from any thread except the transport thread; every call is bounded in time."""
+
     def __init__(self, settings: SwarmSettings, model_id: str, tokenizer: str, protocol: int = 1):
         if not settings.run_id or not isinstance(settings.run_id, str):
             raise SwarmError("run_id must be a non-empty string")
@@ -220,7 +155,6 @@ class Swarm:
         self._round = self._policy_version = 0
         self._lock = threading.Lock()
         self._bad: set[tuple[str, str]] = set()  # (peer, digest) that served wrong bytes
-        self._uploads = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._p2p: P2P | None = None
@@ -243,8 +177,8 @@ class Swarm:
             if path is not None:
                 self._id_lock = IdentityLock(path)
             key, raw = load_or_create_identity(path)
-            self._peer_id = peer_id_of(key._private_key.public_key())
-            self._validator = SwarmRecordValidator(key, self.settings.run_id, self.stats)
+            self._peer_id = peer_id_of(key.public_key())
+            self._validator = SwarmRecordValidator(_wrap_rsa(key), self.settings.run_id, self.stats)
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever, name="swarm-transport", daemon=True)
             self._thread.start()
@@ -256,7 +190,7 @@ class Swarm:
                 raise SwarmError(f"swarm transport did not start within {START_TIMEOUT_S:.0f} s") from None
         except BaseException as e:
             self.shutdown()
-            if isinstance(e, SwarmError):
+            if isinstance(e, SwarmError) or not isinstance(e, Exception):
                 raise
             raise SwarmError(f"could not start the swarm transport: {e}") from e
         atexit.register(self.shutdown)
@@ -265,14 +199,15 @@ class Swarm:
 
     async def _astart(self, identity: bytes) -> None:
         s = self.settings
-        nat = s.nat_traversal if s.nat_traversal is not None else not all(map(_is_loopback, s.host_maddrs))
+        host_maddrs = list(s.host_maddrs) or ["/ip4/0.0.0.0/tcp/0"]
+        nat = bool(s.nat_traversal)
         tmpdir = tempfile.mkdtemp(prefix="swarm-node-")
         try:  # p2pd reads the key from a file; give it our key so the peer id matches the record key
             id_file = os.path.join(tmpdir, "identity.key")
             with open(os.open(id_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
                 f.write(identity)
             self._p2p = await P2P.create(
-                host_maddrs=list(s.host_maddrs), announce_maddrs=list(s.announce_maddrs) or None,
+                host_maddrs=host_maddrs, announce_maddrs=list(s.announce_maddrs) or None,
                 identity_path=id_file, check_if_identity_free=False, nat_port_map=nat, auto_nat=nat,
                 use_relay=nat, startup_timeout=30)
         finally:
@@ -280,7 +215,9 @@ class Swarm:
         self._p2pd_pid = self._p2p._child.pid if self._p2p._child is not None else None
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
-        await self._p2p.add_binary_stream_handler(FETCH_PROTOCOL, self._serve)
+        self._server = PacketServer(s.run_id, self._lookup, self.stats)
+        await self._p2p.add_binary_stream_handler(
+            FETCH_PROTOCOL, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
         self._dht = await DHTNode.create(p2p=self._p2p, record_validator=self._validator,
                                          wait_timeout=DHT_RPC_TIMEOUT_S, num_workers=2)
         self._publish_lock = asyncio.Lock()
@@ -373,16 +310,19 @@ class Swarm:
         return self._peer_id
 
     def visible_maddrs(self) -> list[str]:
+        """Full multiaddrs (with /p2p/<peer id>) others can bootstrap from; non-loopback ones first."""
         async def get():
             return [str(m) for m in await self._p2p.get_visible_maddrs(latest=True)]
-        return self._run(get(), 10)
+        return sorted(self._run(get(), 10), key=_is_loopback)
 
     def publish(self, round: int, policy_version: int) -> None:
+        """(Re)publish our record now (it is also republished every record_ttl_s / 3)."""
         with self._lock:
             self._round, self._policy_version = int(round), int(policy_version)
         self._run(self._astore_record(), DHT_OP_TIMEOUT_S + 5)
 
     def offer(self, round: int, policy_version: int, data: bytes, digest: str) -> None:
+        """Serve ``data`` (sha256 ``digest``) to fetchers, keeping the newest ``max_offers``; publish."""
         data = bytes(data)
         if len(data) > self.settings.max_packet_bytes:
             raise ValueError(f"packet of {len(data)} bytes exceeds max_packet_bytes")
@@ -396,9 +336,11 @@ class Swarm:
         self.publish(round, policy_version)
 
     def peers(self) -> list[PeerInfo]:
+        """Live, validated records of this run's other peers ([] if the DHT lookup fails)."""
         return self._run(self._apeers(DHT_OP_TIMEOUT_S), DHT_OP_TIMEOUT_S + 5)
 
     def fetch(self, peer_id: str, digest: str) -> bytes | None:
+        """One packet from ``peer_id``; None on timeout/refusal/oversize/mismatch (see ``stats``)."""
         t = self.settings.fetch_timeout_s
         data, _ = self._run(self._afetch(peer_id, digest, t), t + 5)
         return data
@@ -411,8 +353,12 @@ class Swarm:
         ``peer_filter`` defaults to "same protocol version as ours"."""
         wanted = want_rounds if callable(want_rounds) else want_rounds.__contains__
         keep = peer_filter or (lambda p: p.protocol == self.protocol)
-        return self._run(self._acollect(wanted, seen, min_packets, max(0.0, deadline_s), poll_s, keep),
-                         deadline_s + DHT_OP_TIMEOUT_S + 10)
+        coro = collect_offers(
+            self._apeers, self._afetch, wanted=wanted, keep=keep, skip=lambda p, d: (p, d) in self._bad, seen=seen,
+            min_packets=min_packets, deadline_s=deadline_s, poll_s=poll_s, fetch_timeout_s=self.settings.fetch_timeout_s,
+            max_packet_bytes=self.settings.max_packet_bytes, max_parallel=MAX_PARALLEL_FETCHES,
+            lookup_timeout_s=DHT_OP_TIMEOUT_S)
+        return self._run(coro, max(0.0, deadline_s) + DHT_OP_TIMEOUT_S + 10)
 
     # ---- discovery ----------------------------------------------------------------------------------
     def _warn_alone(self) -> None:
@@ -494,9 +440,14 @@ class Swarm:
                 best[info.peer_id] = info
         return sorted(best.values(), key=lambda p: p.peer_id)
 
-    # ---- fetch: client ------------------------------------------------------------------------------
+    # ---- fetch ----------------------------------------------------------------------------------------
+    def _lookup(self, digest: str) -> bytes | None:
+        with self._lock:
+            entry = self._offers.get(digest)
+        return entry[1] if entry is not None else None
+
     async def _afetch(self, peer_id: str, digest: str, timeout: float) -> tuple[bytes | None, str]:
-        """(data, "ok") or (None, reason). The bytes come from ``peer_id`` over an authenticated stream."""
+        """(data, "ok") or (None, reason); the bytes come from ``peer_id`` over an authenticated stream."""
         try:
             pid = PeerID.from_base58(peer_id)
         except Exception:
@@ -509,48 +460,29 @@ class Swarm:
             nonlocal writer
             info, reader, writer = await self._open_stream(pid)
             if info.peer_id != pid:
-                return None, "wrong_peer"
-            writer.write(encode_frame({"run_id": self.settings.run_id, "digest": digest}))
-            await writer.drain()
-            header = decode_frame_body(await reader.readexactly(frame_length(await reader.readexactly(4))))
-            status = header.get("status")
-            if status != STATUS_OK:
-                return None, status if status in (STATUS_NOT_FOUND, STATUS_BUSY, STATUS_BAD_REQUEST) else "error"
-            size = header.get("size")
-            if type(size) is not int or not 0 <= size <= self.settings.max_packet_bytes:
-                return None, "oversize"  # refused before allocating anything
-            buf, pos = bytearray(size), 0
-            view = memoryview(buf)
-            while pos < size:
-                chunk = await reader.read(min(CHUNK_BYTES, size - pos))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(bytes(view[:pos]), size)
-                view[pos:pos + len(chunk)] = chunk
-                pos += len(chunk)
-            del view
-            if packet_digest(buf) != digest:
-                return None, "mismatch"
-            return bytes(buf), STATUS_OK
+                return None, ERROR
+            return await request_packet(reader, writer, self.settings.run_id, digest, self.settings.max_packet_bytes)
 
         try:
             data, reason = await asyncio.wait_for(transfer(), max(0.01, timeout))
         except asyncio.TimeoutError:
-            data, reason = None, "timeout"
+            data, reason = None, TIMEOUT
         except Exception as e:
-            logger.debug("fetch %s from %s failed: %r", digest[:19], peer_id, e)
-            data, reason = None, "error"
+            logger.debug("fetch %s from %s failed: %r", digest, peer_id, e)
+            data, reason = None, ERROR
         finally:
             if writer is not None:
                 writer.close()
-        key = {"timeout": "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found", STATUS_BUSY: "fetch_busy",
-               "oversize": "fetch_oversize", "mismatch": "digest_mismatches"}.get(reason)
         if data is None:
             self.stats["fetch_failures"] += 1
+            key = {TIMEOUT: "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found", STATUS_BUSY: "fetch_busy",
+                   OVERSIZE: "fetch_oversize", MISMATCH: "digest_mismatches"}.get(reason)
             if key:
                 self.stats[key] += 1
-            if reason == "mismatch":
+            if reason == MISMATCH:
                 logger.warning("peer %s served bytes that do not match %s; ignoring that offer", peer_id, digest)
-                self._bad.add((peer_id, digest))
+                if len(self._bad) < 65536:
+                    self._bad.add((peer_id, digest))
         else:
             self.stats["bytes_in"] += len(data)
             self.stats["packets_in"] += 1
@@ -569,91 +501,3 @@ class Swarm:
         except BaseException:
             writer.close()
             raise
-
-    async def _acollect(self, wanted, seen: set[str], min_packets: int, deadline_s: float, poll_s: float,
-                        keep) -> list[Received]:
-        loop = asyncio.get_running_loop()
-        t_end = loop.time() + deadline_s
-        received: list[Received] = []
-        retry_at: dict[tuple[str, str], float] = {}
-        backoff = {STATUS_BUSY: 0.5, STATUS_NOT_FOUND: 2.0}
-        while t_end - loop.time() > 0:
-            jobs: dict[str, tuple[str, int]] = {}  # digest -> (peer, round)
-            now = loop.time()
-            for info in await self._apeers(min(DHT_OP_TIMEOUT_S, max(0.05, t_end - now))):
-                if not keep(info):
-                    continue
-                for r, d, size in info.offers:
-                    if (d in seen or d in jobs or size > self.settings.max_packet_bytes or not wanted(r)
-                            or (info.peer_id, d) in self._bad or retry_at.get((info.peer_id, d), 0) > now):
-                        continue
-                    jobs[d] = (info.peer_id, r)
-            sem = asyncio.Semaphore(MAX_PARALLEL_FETCHES)
-
-            async def job(d: str, pid: str):
-                async with sem:
-                    remaining = t_end - loop.time()
-                    if remaining <= 0:
-                        return None, "timeout"
-                    return await self._afetch(pid, d, min(self.settings.fetch_timeout_s, remaining))
-
-            pending = {loop.create_task(job(d, pid)): (d, pid, r) for d, (pid, r) in jobs.items()}
-            while pending and (min_packets <= 0 or len(received) < min_packets):
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    d, pid, r = pending.pop(t)
-                    data, reason = t.result()
-                    if data is not None and d not in seen:
-                        seen.add(d)
-                        received.append(Received(peer_id=pid, round=r, digest=d, data=data))
-                    elif data is None:
-                        retry_at[(pid, d)] = loop.time() + backoff.get(reason, self.settings.fetch_timeout_s)
-            for t in pending:
-                t.cancel()
-            if len(received) >= min_packets:
-                break
-            if not jobs:
-                await asyncio.sleep(max(0.0, min(poll_s, t_end - loop.time())))
-        return received
-
-    # ---- fetch: server ----------------------------------------------------------------------------
-    async def _serve(self, stream_info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await asyncio.wait_for(self._serve_one(reader, writer), SERVE_TIMEOUT_S)
-        except Exception as e:
-            self.stats["serve_errors"] += 1
-            logger.debug("serving %s failed: %r", stream_info.peer_id, e)
-        finally:
-            writer.close()
-
-    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async def reply(status: str, **extra) -> None:
-            writer.write(encode_frame({"status": status, **extra}))
-            await writer.drain()
-
-        try:
-            n = frame_length(await asyncio.wait_for(reader.readexactly(4), REQUEST_TIMEOUT_S))
-            request = decode_frame_body(await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S))
-        except FrameError:
-            return await reply(STATUS_BAD_REQUEST)
-        digest = request.get("digest")
-        if not is_digest(digest) or not isinstance(request.get("run_id"), str):
-            return await reply(STATUS_BAD_REQUEST)
-        with self._lock:
-            entry = self._offers.get(digest) if request["run_id"] == self.settings.run_id else None
-        if entry is None:
-            self.stats["serve_not_found"] += 1
-            return await reply(STATUS_NOT_FOUND)
-        if self._uploads >= MAX_CONCURRENT_UPLOADS:
-            return await reply(STATUS_BUSY)
-        self._uploads += 1
-        try:
-            data = memoryview(entry[1])
-            await reply(STATUS_OK, size=len(data))
-            for off in range(0, len(data), CHUNK_BYTES):
-                writer.write(data[off:off + CHUNK_BYTES])
-                await writer.drain()
-            self.stats["bytes_out"] += len(data)
-            self.stats["packets_served"] += 1
-        finally:
-            self._uploads -= 1

@@ -6,10 +6,8 @@ hivemind's P2P daemon and DHT. The byte-level protocol is specified in protocol/
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import math
-import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -63,8 +61,9 @@ class SwarmSettings:
     max_packet_bytes: int = 16 * 2**20
     bootstrap_retry_s: float = 10.0
     max_offers: int = 4  # packets served at once (the newest ones)
-    # UPnP port mapping + AutoNAT + relay client. None = on, unless every host_maddr is loopback.
-    nat_traversal: bool | None = None
+    # libp2p UPnP/NAT-PMP port mapping + AutoNAT + circuit-relay client. Off by default: port mapping
+    # probes the LAN (multicast) and opens router ports; turn it on for home-NAT users.
+    nat_traversal: bool = False
 
 
 @dataclass
@@ -180,32 +179,3 @@ def decode_frame_body(body: bytes) -> dict:
     if not isinstance(obj, dict):
         raise FrameError("frame must be a msgpack map")
     return obj
-
-
-# ---- identity file lock ---------------------------------------------------------------------------
-class IdentityLock:
-    """Exclusive flock on ``<identity_path>.lock``, held until release() (or process exit)."""
-
-    def __init__(self, identity_path: str):
-        self.path = identity_path + ".lock"
-        directory = os.path.dirname(os.path.abspath(identity_path))
-        try:
-            os.makedirs(directory, exist_ok=True)
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as e:
-            raise SwarmError(f"cannot create identity lock file {self.path}: {e}") from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._fd)
-            self._fd = None
-            raise SwarmError(
-                f"identity {identity_path} is already used by another running node on this machine "
-                f"(lock {self.path} is held); stop that node or give this one a different identity path"
-            ) from None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None

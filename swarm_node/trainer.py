@@ -78,7 +78,7 @@ class Trainer:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.train.max_grad_norm))
             self.optimizer.step()
             self.policy_version += 1
-        stats.update({"train/sequences": total, "train/active_frac": len(active) / max(total, 1),
+        stats.update({"train/groups": len(groups), "train/sequences": total, "train/active_frac": len(active) / max(total, 1),
                       "train/grad_norm": grad_norm, "train/policy_version": self.policy_version,
                       "time/train_s": time.perf_counter() - start})
         return stats

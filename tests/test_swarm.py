@@ -12,11 +12,11 @@ import msgpack
 import psutil
 import pytest
 
-from swarm_node.swarm import (
-    Swarm, SwarmError, SwarmRecordValidator, SwarmSettings, load_or_create_identity, packet_digest, peer_id_of,
-)
+from swarm_node.swarm import Swarm, SwarmError, SwarmRecordValidator, SwarmSettings, _wrap_rsa, packet_digest
+from swarm_node.swarm_fetch import PacketServer, collect_offers, request_packet
+from swarm_node.swarm_identity import IdentityLock, decode_key_pb, load_or_create_identity, peer_id_of
 from swarm_node.swarm_records import (
-    MAX_OFFERS_IN_RECORD, FrameError, IdentityLock, RecordError, decode_frame_body, encode_frame, frame_length,
+    MAX_OFFERS_IN_RECORD, FrameError, PeerInfo, RecordError, decode_frame_body, encode_frame, frame_length,
     make_record, parse_record, record_key,
 )
 
@@ -107,9 +107,10 @@ def test_identity_file_and_peer_id(tmp_path):
     key, raw = load_or_create_identity(path)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
     key2, raw2 = load_or_create_identity(path)
-    assert raw2 == raw and key2.to_bytes() == key.to_bytes()
+    assert raw2 == raw and key2.private_numbers() == key.private_numbers()
+    assert decode_key_pb(raw)[0] == 0  # RSA
     # our peer id derivation == libp2p's (as implemented by hivemind for identity files)
-    assert peer_id_of(key._private_key.public_key()) == PeerID.from_identity(raw).to_base58()
+    assert peer_id_of(key.public_key()) == PeerID.from_identity(raw).to_base58()
     lock = IdentityLock(path)
     with pytest.raises(SwarmError, match="already used by another running node"):
         IdentityLock(path)
@@ -127,8 +128,8 @@ def test_validator_rejects_forged_and_malformed_records():
 
     key_x, _ = load_or_create_identity(None)
     key_y, _ = load_or_create_identity(None)
-    vx, vy = SwarmRecordValidator(key_x, "run-a"), SwarmRecordValidator(key_y, "run-a")
-    pid_x, pid_y = (peer_id_of(k._private_key.public_key()) for k in (key_x, key_y))
+    vx, vy = SwarmRecordValidator(_wrap_rsa(key_x), "run-a"), SwarmRecordValidator(_wrap_rsa(key_y), "run-a")
+    pid_x, pid_y = (peer_id_of(k.public_key()) for k in (key_x, key_y))
     key_id = DHTID.generate(source=record_key("run-a")).to_bytes()
     expiration = time.time() + 60
 
@@ -159,6 +160,72 @@ def test_validator_rejects_forged_and_malformed_records():
     far = DHTRecord(far.key, far.subkey, vy.sign_value(far), far.expiration_time)
     assert "expiration" in vx.check(far)
     assert vx.stats["records_rejected"] == 1
+
+
+async def _pipe(server: PacketServer):
+    """A client (reader, writer) connected to ``server`` over a unix socketpair."""
+    a, b = socket.socketpair()
+    server_side = await asyncio.open_connection(sock=a)
+    task = asyncio.ensure_future(server.handle(*server_side))
+    reader, writer = await asyncio.open_connection(sock=b)
+    return reader, writer, task
+
+
+def test_fetch_protocol_over_plain_streams():
+    data = os.urandom(2_500_000)
+    d = packet_digest(data)
+    fake = packet_digest(b"promised")
+    table = {d: data, fake: b"other bytes"}
+
+    async def main():
+        stats: dict[str, int] = {}
+        server = PacketServer("run-a", table.get, stats)
+
+        async def fetch(run_id, digest, max_bytes=16 * 2**20):
+            reader, writer, task = await _pipe(server)
+            try:
+                return await asyncio.wait_for(request_packet(reader, writer, run_id, digest, max_bytes), 5)
+            finally:
+                writer.close()
+                await task
+
+        assert await fetch("run-a", d) == (data, "ok")
+        assert await fetch("run-a", packet_digest(b"unknown")) == (None, "not_found")
+        assert await fetch("run-b", d) == (None, "not_found")  # other runs' requests are not served
+        assert await fetch("run-a", fake) == (None, "mismatch")
+        assert await fetch("run-a", d, max_bytes=2**20) == (None, "oversize")
+        reader, writer, task = await _pipe(server)  # garbage request -> bad_request reply
+        writer.write(b"\0\0\0\3abc")
+        header = decode_frame_body(await reader.readexactly(frame_length(await reader.readexactly(4))))
+        assert header == {"status": "bad_request"}
+        writer.close()
+        await task
+        assert stats["bytes_out"] == len(data) + len(b"other bytes") and stats["serve_not_found"] == 2
+
+        # collect: deadline-bounded, de-duplicated, skip rule, `seen` updated
+        offers = [(1, d, len(data)), (2, fake, 11), (9, packet_digest(b"x"), 1)]
+        peers = [PeerInfo("QmA", "m", "t", 1, 1, 1, offers, 0.0), PeerInfo("QmB", "m", "t", 1, 1, 1, offers, 0.0)]
+        calls = []
+
+        async def list_peers(timeout):
+            return peers
+
+        async def fake_fetch(peer, digest, timeout):
+            calls.append((peer, digest))
+            return (table[digest], "ok") if digest == d else (None, "mismatch")
+
+        seen: set[str] = set()
+        kw = dict(wanted=lambda r: r < 5, keep=lambda p: True, skip=lambda p, dg: False, poll_s=0.05,
+                  fetch_timeout_s=1.0, max_packet_bytes=16 * 2**20)
+        t0 = time.monotonic()
+        got = await collect_offers(list_peers, fake_fetch, seen=seen, min_packets=5, deadline_s=0.5, **kw)
+        assert 0.45 < time.monotonic() - t0 < 1.0
+        assert [(g.peer_id, g.digest, g.data == data) for g in got] == [("QmA", d, True)] and seen == {d}
+        assert (("QmA", packet_digest(b"x")) not in calls) and calls.count(("QmA", d)) == 1
+        got = await collect_offers(list_peers, fake_fetch, seen=set(), min_packets=0, deadline_s=5, **kw)
+        assert len(got) == 1  # min_packets=0: one pass, then return
+
+    asyncio.run(main())
 
 
 # ---- real libp2p nodes -----------------------------------------------------------------------------
@@ -192,7 +259,7 @@ def test_two_nodes_discover_transfer_and_faults():
         # min_packets unreachable: returns at the deadline, nothing new (digest already seen)
         t0 = time.monotonic()
         assert b.collect(lambda r: True, seen, min_packets=1, deadline_s=1.5) == []
-        assert 1.4 < time.monotonic() - t0 < 1.5 + 1.0
+        assert 1.4 < time.monotonic() - t0 < 1.5 + 1.5
 
         # unknown digest -> clean "not found"
         assert b.fetch(a.peer_id, packet_digest(b"nope")) is None and b.stats["fetch_not_found"] == 1
@@ -210,10 +277,10 @@ def test_two_nodes_discover_transfer_and_faults():
         async def hang(reader, writer):
             await asyncio.sleep(3600)
 
-        a._serve_one = hang
+        a._server._respond = hang
         t0 = time.monotonic()
         assert b.fetch(a.peer_id, digest) is None
-        assert time.monotonic() - t0 < b.settings.fetch_timeout_s + 1.0 and b.stats["fetch_timeouts"] == 1
+        assert time.monotonic() - t0 < b.settings.fetch_timeout_s + 2.0 and b.stats["fetch_timeouts"] == 1
 
         # the other run shares the DHT but sees nobody, and nobody sees it
         assert c.peers() == [] and all(p.peer_id != c.peer_id for p in a.peers() + b.peers())
@@ -299,7 +366,7 @@ def test_unreachable_initial_peer_then_it_appears(tmp_path, caplog):
     a_path = str(tmp_path / "a.key")
     a_key, _ = load_or_create_identity(a_path)  # A's peer id is known before A runs
     port = _free_port()
-    a_addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(a_key._private_key.public_key())}"
+    a_addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(a_key.public_key())}"
     t0 = time.monotonic()
     b = started(settings(initial_peers=[a_addr]))
     a = None

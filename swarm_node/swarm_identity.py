@@ -1,0 +1,174 @@
+"""Node identity: one RSA key is both the libp2p identity (peer id) and the DHT record owner key.
+
+No hivemind here. The identity file is libp2p's serialized ``PrivateKey`` protobuf (the format p2pd
+reads with ``-id``): ``08 <key type varint> 12 <len varint> <PKCS#1 DER private key>``, RSA = 0.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import time
+
+import base58
+import msgpack
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from .swarm_records import MAX_RECORD_BYTES, MAX_RECORD_TTL_S, RecordError, SwarmError, parse_record
+
+logger = logging.getLogger(__name__)
+KEY_TYPE_RSA = 0
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def encode_key_pb(key_type: int, data: bytes) -> bytes:
+    """libp2p crypto.proto PrivateKey/PublicKey {required KeyType Type = 1; required bytes Data = 2}."""
+    return b"\x08" + _varint(key_type) + b"\x12" + _varint(len(data)) + data
+
+
+def decode_key_pb(raw: bytes) -> tuple[int, bytes]:
+    fields, pos = {}, 0
+
+    def varint() -> int:
+        nonlocal pos
+        n = shift = 0
+        while True:
+            b = raw[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return n
+
+    while pos < len(raw):
+        tag = varint()
+        if tag == 0x08:
+            fields[1] = varint()
+        elif tag == 0x12:
+            n = varint()
+            fields[2], pos = raw[pos:pos + n], pos + n
+        else:
+            raise ValueError(f"unexpected protobuf tag {tag}")
+    if 1 not in fields or 2 not in fields or pos != len(raw):
+        raise ValueError("incomplete key protobuf")
+    return fields[1], fields[2]
+
+
+def private_key_der(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.TraditionalOpenSSL,
+                             serialization.NoEncryption())
+
+
+def peer_id_of(public_key: rsa.RSAPublicKey) -> str:
+    """libp2p peer id (base58btc) of an RSA key: multihash sha2-256 of the PublicKey protobuf (PKIX DER)."""
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base58.b58encode(b"\x12\x20" + hashlib.sha256(encode_key_pb(KEY_TYPE_RSA, der)).digest()).decode()
+
+
+OWNER_RE = re.compile(rb"\[owner:(ssh-rsa [A-Za-z0-9+/]+={0,2})\]")  # hivemind's RSASignatureValidator marker
+_owner_peer_ids: dict[bytes, str | None] = {}
+
+
+def owner_key_of(subkey: bytes) -> bytes | None:
+    """The OpenSSH public key in a record subkey (msgpack bin of exactly ``[owner:ssh-rsa ...]``)."""
+    try:
+        obj = msgpack.unpackb(subkey, raw=False)
+    except Exception:
+        return None
+    match = OWNER_RE.fullmatch(obj) if isinstance(obj, bytes) else None
+    return match.group(1) if match else None
+
+
+def owner_peer_id(ssh_key: bytes) -> str | None:
+    """libp2p peer id of an OpenSSH RSA public key (None if not an RSA key of >= 2048 bits); cached."""
+    if ssh_key not in _owner_peer_ids:
+        try:
+            pub = serialization.load_ssh_public_key(ssh_key)
+            pid = peer_id_of(pub) if isinstance(pub, rsa.RSAPublicKey) and pub.key_size >= 2048 else None
+        except Exception:
+            pid = None
+        if len(_owner_peer_ids) > 4096:
+            _owner_peer_ids.clear()
+        _owner_peer_ids[ssh_key] = pid
+    return _owner_peer_ids[ssh_key]
+
+
+def check_record_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
+    """Checks of a signature-verified record value: schema, peer id bound to the owner key, expiry
+    bound. None if valid, else the reason. (Only monotone time checks: a valid record stays valid.)"""
+    if len(value) > MAX_RECORD_BYTES:
+        return "record too large"
+    try:
+        info = parse_record(msgpack.unpackb(value, raw=False, strict_map_key=True))
+    except (RecordError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        return f"schema: {e}"
+    if info.peer_id != owner_peer_id(owner_ssh_key):
+        return "peer_id is not the owner key's libp2p peer id"
+    if expiration_time > time.time() + MAX_RECORD_TTL_S:
+        return "expiration too far in the future"
+    return None
+
+
+def load_or_create_identity(path: str | None) -> tuple[rsa.RSAPrivateKey, bytes]:
+    """(key, identity file bytes). ``None`` -> a fresh in-memory key; a missing file is created (mode 0400)."""
+    if path is None or not os.path.exists(path):
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        raw = encode_key_pb(KEY_TYPE_RSA, private_key_der(key))
+        if path is not None:
+            tmp = f"{path}.tmp{os.getpid()}"
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400), "wb") as f:
+                f.write(raw)
+            os.replace(tmp, path)  # atomic: a crash never leaves a half-written identity
+            logger.info("created a new node identity in %s", path)
+        return key, raw
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        key_type, der = decode_key_pb(raw)
+        key = serialization.load_der_private_key(der, password=None) if key_type == KEY_TYPE_RSA else None
+    except OSError as e:
+        raise SwarmError(f"cannot read identity file {path}: {e}") from None
+    except Exception:
+        raise SwarmError(f"{path} is not a libp2p private key file") from None
+    if not isinstance(key, rsa.RSAPrivateKey) or not 2048 <= key.key_size <= 8192:
+        raise SwarmError(f"{path}: swarm_node identities must be RSA keys of 2048..8192 bits "
+                         "(the same key signs the node's DHT record)")
+    return key, raw
+
+
+class IdentityLock:
+    """Exclusive flock on ``<identity_path>.lock``, held until release() (or process exit)."""
+
+    def __init__(self, identity_path: str):
+        self.path = identity_path + ".lock"
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(identity_path)), exist_ok=True)
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise SwarmError(f"cannot create identity lock file {self.path}: {e}") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            raise SwarmError(
+                f"identity {identity_path} is already used by another running node on this machine "
+                f"(lock {self.path} is held); stop that node or give this one a different identity path"
+            ) from None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
