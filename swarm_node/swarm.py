@@ -3,7 +3,7 @@
 The only module of swarm_node that imports hivemind. ``P2P`` (a p2pd child process) and
 ``DHTNode`` run in an asyncio loop on a dedicated background thread of *this* process (no
 ``hivemind.DHT``, which forks); ``Swarm`` exposes a synchronous API to the node loop.
-Wire formats, limits and the security argument: protocol/SWARM_DRAFT.md.
+Wire formats, limits and the security argument: protocol/SPEC.md (sections 11-12).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fetch protocol ("swarm_node.fetch.v1") over any asyncio byte stream, and the collect loop.
 
 No hivemind here: ``swarm.py`` supplies libp2p streams (opened to an authenticated peer id) and
-the DHT peer listing; this module only speaks the framing of protocol/SWARM_DRAFT.md.
+the DHT peer listing; this module only speaks the framing of protocol/SPEC.md (sections 11-12).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 This module must not import hivemind: it holds everything of the transport that can be
 tested (and re-implemented by a third party) without libp2p. ``swarm.py`` wires it to
-hivemind's P2P daemon and DHT. The byte-level protocol is specified in protocol/SWARM_DRAFT.md.
+hivemind's P2P daemon and DHT. The byte-level protocol is specified in protocol/SPEC.md (sections 11-12).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-# ---- names and limits (see protocol/SWARM_DRAFT.md) -------------------------------------------
+# ---- names and limits (see protocol/SPEC.md (sections 11-12)) -------------------------------------------
 RECORD_KEY_FORMAT = "swarm-node/{run_id}/peers"  # DHT key; the subkey is the owner's "[owner:ssh-rsa ...]"
 FETCH_PROTOCOL = "swarm_node.fetch.v1"  # libp2p stream protocol id of the packet server
 MAX_RECORD_BYTES = 4096  # msgpack record value, signature stripped
