@@ -12,6 +12,10 @@ Layout under `OUT/checkpoints/`:
 A checkpoint is written into a temporary sibling directory, flushed to disk, then renamed into
 place; only then is `latest` replaced (write temp file + os.replace). Readers trust only
 directories that `latest` names or that contain `state.json`, so a torn write is invisible.
+Directories are never deleted in place: an old checkpoint (or one being replaced) is first
+renamed to `.trash-*`, so no `round-*` directory is ever half-deleted either. Leftovers of a
+killed writer (`.tmp-*`, `.trash-*`) are removed by the next save. tests/test_reliability.py
+SIGKILLs writers at random moments and loads the survivor every time.
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ def _fsync_tree(path: Path) -> None:
             os.close(fd)
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as f:
@@ -52,6 +64,21 @@ def _write_text_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _discard(root: Path, path: Path) -> None:
+    """Delete a checkpoint directory without ever leaving a half-deleted `round-*` behind."""
+    trash = root / f".trash-{path.name}-{os.getpid()}"
+    shutil.rmtree(trash, ignore_errors=True)
+    os.rename(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Temp and trash entries of writers that were killed (one node writes one output dir)."""
+    for p in root.glob(".*"):
+        if p.name.startswith((".tmp-", ".trash-", ".latest.tmp-")):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Optimizer, state: dict,
@@ -62,7 +89,7 @@ def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Opti
     tmp = root / f".tmp-{name}-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_leftovers(root)
         tmp.mkdir()
         policy.save(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
@@ -72,15 +99,19 @@ def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Opti
         (tmp / "state.json").write_text(json.dumps(state, indent=1))
         _fsync_tree(tmp)
         final = root / name
-        if final.exists():
-            shutil.rmtree(final)
+        if final.exists():  # re-saving a round (e.g. after a resume): the old copy goes to the trash
+            _discard(root, final)
         os.rename(tmp, final)
         _write_text_atomic(root / "latest", name)
-    except OSError as e:
+        _fsync_dir(root)
+    except Exception as e:  # OSError, torch's RuntimeError, safetensors' SafetensorError: disk full, unwritable...
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"cannot write checkpoint under {root}: {e.strerror or e}") from None
+        raise CheckpointError(f"cannot write checkpoint under {root}: {getattr(e, 'strerror', None) or e}") from e
     for old in sorted(p for p in root.glob("round-*") if p.name != name)[:-(KEEP - 1) or None]:
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            _discard(root, old)
+        except OSError:
+            log.warning("could not remove old checkpoint %s", old)
     return final
 
 
@@ -88,10 +119,12 @@ def latest_checkpoint(out: str | Path) -> Path | None:
     """The newest complete checkpoint under `out`, or None."""
     root = Path(out) / "checkpoints"
     pointer = root / "latest"
-    if pointer.exists():
-        candidate = root / pointer.read_text().strip()
-        if (candidate / "state.json").exists():
-            return candidate
+    try:
+        name = pointer.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        name = ""
+    if name.startswith("round-") and "/" not in name and (root / name / "state.json").exists():
+        return root / name
     complete = sorted(p for p in root.glob("round-*") if (p / "state.json").exists())
     return complete[-1] if complete else None
 
@@ -107,7 +140,7 @@ def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer,
         state = json.loads((path / "state.json").read_text())
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
         rng = torch.load(path / "rng.pt", weights_only=False)
-    except (OSError, ValueError, RuntimeError) as e:
+    except Exception as e:  # OSError, pickle/zip errors, EOFError, bad JSON: all mean a damaged checkpoint
         raise CheckpointError(f"checkpoint {path} is unreadable: {e}") from None
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

@@ -2,8 +2,8 @@
 
 Every command builds a `NodeConfig` the same way: YAML file (optional) -> named flags ->
 `--set section.key=value` overrides, validated once. Errors a user can cause (bad flag, bad
-config, unreachable model, locked identity) print one `error: ...` line and exit 2; set
-SWARM_NODE_DEBUG=1 for the traceback.
+config, unreachable model, locked identity, full disk or unwritable output directory) print one
+`error: ...` line and exit 2; set SWARM_NODE_DEBUG=1 for the traceback.
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging
 def user_errors():
     """Turn user-caused failures into one clear line and exit code 2 (no traceback)."""
     from swarm_node.checkpoint import CheckpointError
+    from swarm_node.metrics import MetricsError
     from swarm_node.swarm import SwarmError
 
     try:
         yield
-    except (ConfigError, CheckpointError, SwarmError, FileNotFoundError, ValueError) as e:
+    except (ConfigError, CheckpointError, MetricsError, SwarmError, OSError, ValueError) as e:
         if os.environ.get("SWARM_NODE_DEBUG"):
             raise
         typer.echo(f"error: {e}", err=True)
@@ -56,11 +57,20 @@ def setup_logging(out: str | None, verbose: bool) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(Path(out) / "node.log"))
+        handlers.append(_LogFile(Path(out) / "node.log"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in ("hivemind", "transformers", "httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class _LogFile(logging.FileHandler):
+    """OUT/node.log; if it cannot be written (disk full), say so once on stderr instead of a traceback per line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        logging.getLogger().removeHandler(self)
+        print(f"warning: {self.baseFilename} cannot be written ({error}); logging to stderr only", file=sys.stderr)
 
 
 def build_config(config: Path | None, flags: dict[str, object], sets: list[str] | None) -> NodeConfig:
@@ -128,6 +138,36 @@ def eval_(model: Annotated[str, typer.Option(help="Hub id, local path (e.g. a ch
         policy = Policy.load(ModelConfig(name=base), adapter_path=model) if base else Policy.load(ModelConfig(name=model))
         result = pass_at_1(policy, the_task, held_out(the_task, limit), max_new_tokens)
         typer.echo(f"{task} pass@1 = {result['accuracy']:.4f} on {result['n']} examples ({result['seconds']:.1f}s)")
+
+
+@app.command()
+def demo(rounds: RoundsOpt = None,
+         warmstart_steps: Annotated[Optional[int], typer.Option(help="Supervised warm-start steps per model.")] = None,
+         eval_limit: Annotated[Optional[int], typer.Option(help="Held-out problems per evaluation.")] = None,
+         eval_every: Annotated[Optional[int], typer.Option(help="Evaluate every this many rounds.")] = None,
+         compare: Annotated[bool, typer.Option(help="Also run swarm-NoIS and alone (NoIS), same seeds; plot all three.")] = False,
+         quick: Annotated[bool, typer.Option(help="A one-minute smoke run (3 rounds, tiny warm start and eval).")] = False,
+         configs: Annotated[Optional[Path], typer.Option(help="Directory of node YAMLs (default: configs/demo).")] = None,
+         out: Annotated[Optional[Path], typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
+         set_: SetOpt = None):
+    """A heterogeneous swarm of 3 local node processes learning arithmetic on CPU, with a live view and plots."""
+    with user_errors():
+        from swarm_node.demo import demo_overrides, run_demo
+
+        overrides = demo_overrides(rounds, warmstart_steps, eval_limit, eval_every, quick, set_)
+        code = run_demo(configs, out, overrides, compare)
+    raise typer.Exit(code)
+
+
+@app.command()
+def plot(run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (a node's --out, or a demo's runs/<timestamp>).")],
+         out: Annotated[Optional[Path], typer.Option(help="Where to write the PNGs (default: the run directory, or . for several).")] = None):
+    """Draw accuracy.png and training.png (and compare.png) from runs' metrics.jsonl files."""
+    with user_errors():
+        from swarm_node.plots import plot_runs
+
+        for path in plot_runs(run_dirs, out):
+            typer.echo(f"wrote {path}")
 
 
 def _register_subcommands() -> None:

@@ -8,10 +8,13 @@ rewards recomputed locally) or raises `Rejected(reason)`; the reason becomes a m
     run           packet.run_id is this swarm's run
     sender        packet.sender equals the authenticated libp2p peer we fetched it from
     tokenizer     same tokenizer fingerprint as ours, else its token ids mean nothing to us
-    round         within the staleness bound of our round
-    task/example  the task is ours and every example id exists in our copy of the dataset
+    round         within the staleness bound of our round, and the round the peer's offer announced
+    task/example  the task is ours and every example id exists in our copy of the dataset, in
+                  its train split (a held-out example would leak the evaluation set into training)
     prompt        the prompt tokens equal our own rendering of that example's prompt
-    reward        recomputed from our gold answer; the sender's claim is ignored
+    length        no completion is longer than we would generate (bounds the work a peer costs us)
+    reward        recomputed from our gold answer; the sender's claim is ignored (a wrong claim
+                  is counted as `swarm/rewards_corrected`, not rejected: the field is advisory)
 
 Then `cap_peer_groups` takes at most `max_peer_groups` groups per step, round-robin across
 peers so one prolific peer cannot crowd out the others, and `combine` forms the training
@@ -47,10 +50,16 @@ class Expectations:
     tokenizer: str
     round: int
     staleness: int
+    max_tokens: int | None = None  # longest completion accepted (our own rollout.max_new_tokens)
 
 
-def accept_packet(data: bytes, remote_peer: str, expect: Expectations, task: Task, policy: Policy) -> Packet:
-    """Decode and check a peer's packet; returns it with rewards recomputed, or raises Rejected."""
+def accept_packet(data: bytes, remote_peer: str, expect: Expectations, task: Task, policy: Policy,
+                  offered_round: int | None = None, stats: dict | None = None) -> Packet:
+    """Decode and check a peer's packet; returns it with rewards recomputed, or raises Rejected.
+
+    `offered_round`: the round the peer announced for these bytes (its per-round limit is keyed by
+    it). `stats["rewards_corrected"]` counts completions whose claimed reward we overrode.
+    """
     try:
         packet = decode(data, vocab_size=policy.vocab_size)
     except PacketError as e:
@@ -63,15 +72,25 @@ def accept_packet(data: bytes, remote_peer: str, expect: Expectations, task: Tas
         raise Rejected("tokenizer_mismatch", packet.tokenizer)
     if abs(packet.round - expect.round) > expect.staleness:
         raise Rejected("stale", f"round {packet.round} vs ours {expect.round}")
+    if offered_round is not None and packet.round != offered_round:
+        raise Rejected("round_mismatch", f"packet says round {packet.round}, its offer said {offered_round}")
     for group in packet.groups:
         if group.task != task.name:
             raise Rejected("wrong_task", group.task)
         example = task.example(group.example_id)
         if example is None:
             raise Rejected("unknown_example", group.example_id)
+        if not example.id.startswith("train/"):
+            raise Rejected("held_out_example", group.example_id)
         if not np.array_equal(group.prompt_tokens, np.asarray(prompt_tokens(policy, task, example), dtype=np.uint32)):
             raise Rejected("prompt_mismatch", group.example_id)
+        if expect.max_tokens is not None and any(len(c.tokens) > expect.max_tokens for c in group.completions):
+            raise Rejected("too_long", f"a completion of {group.example_id} is longer than {expect.max_tokens} tokens")
+    claimed = [c.reward for g in packet.groups for c in g.completions]
     score(packet.groups, task, policy)
+    if stats is not None:
+        ours = [c.reward for g in packet.groups for c in g.completions]
+        stats["rewards_corrected"] = stats.get("rewards_corrected", 0) + sum(a != b for a, b in zip(claimed, ours))
     return packet
 
 

@@ -2,14 +2,25 @@
 
 Keys follow TRL/cleanrl habits: `reward/mean`, `eval/accuracy`, `is/truncated_frac`,
 `filter/dropped_frac`, `swarm/peers`, `time/generate_s`, ... A round's line is written and
-flushed as soon as the round ends, so a crash never loses a finished round.
+flushed as soon as the round ends, so a crash never loses a finished round. A line that cannot
+be written (disk full, read-only directory) raises `MetricsError`: the node stops with one clear
+error instead of training on without a record. On `--resume`, rows of rounds after the checkpoint
+are dropped (`drop_rounds_after`), since those rounds are trained again: no round appears twice.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class MetricsError(RuntimeError):
+    """metrics.jsonl cannot be written (disk full, unwritable directory)."""
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -23,21 +34,61 @@ def read_metrics(path: str | Path) -> list[dict]:
     return rows
 
 
+def drop_rounds_after(path: str | Path, last_round: int) -> int:
+    """Rewrite `path` (atomically) without the rows of rounds > `last_round`; returns how many went."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    rows = read_metrics(path)
+    keep = [row for row in rows if isinstance(row.get("round"), int) and row["round"] <= last_round]
+    if len(keep) == len(rows):
+        return 0
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise MetricsError(f"cannot rewrite {path}: {e.strerror or e}") from None
+    log.warning("resume: dropped %d metrics rows of rounds after %d (they are trained again)",
+                len(rows) - len(keep), last_round)
+    return len(rows) - len(keep)
+
+
 class MetricsWriter:
-    """Appends one JSON object per round to a file (created if needed)."""
+    """Appends one JSON object per round to a file (created if needed); raises MetricsError on I/O errors."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a")
+        self.failed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a")
+            if self._file.tell() > 0:  # a torn last line (crash mid-write) must not swallow the next row
+                with self.path.open("rb") as f:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":
+                        self._file.write("\n")
+                        self._file.flush()
+        except OSError as e:
+            raise MetricsError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     def write(self, row: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-        self._file.write(json.dumps(clean) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(clean) + "\n")
+            self._file.flush()
+        except OSError as e:
+            self.failed = True
+            raise MetricsError(f"cannot write {self.path} (round {row.get('round')} not recorded): "
+                               f"{e.strerror or e}") from None
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as e:
+            if not self.failed:  # the failure was already reported by write()
+                raise MetricsError(f"cannot write {self.path}: {e.strerror or e}") from None
 
 
 def summary_line(row: dict) -> str:

@@ -22,7 +22,7 @@ from swarm_node.checkpoint import latest_checkpoint, load_checkpoint, save_check
 from swarm_node.config import NodeConfig
 from swarm_node.evaluate import held_out, pass_at_1
 from swarm_node.merge import combine
-from swarm_node.metrics import MetricsWriter, summary_line
+from swarm_node.metrics import MetricsWriter, drop_rounds_after, summary_line
 from swarm_node.rollout import generate_groups, group_stats, round_examples
 from swarm_node.tasks import load_task
 from swarm_node.trainer import Trainer
@@ -69,6 +69,8 @@ def run(cfg: NodeConfig, resume: bool = False, exchange=None, on_round=None) -> 
         state = load_checkpoint(checkpoint, trainer.optimizer, generator)
         first, trainer.policy_version = state["round"] + 1, state["policy_version"]
         log.info("resumed from %s: next round %d", checkpoint, first)
+    if resume:  # rounds after the checkpoint are trained again: their old rows must not appear twice
+        drop_rounds_after(out / "metrics.jsonl", first - 1)
     if exchange is not None:
         exchange.start(policy, task)
     prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{cfg.train.seed}"

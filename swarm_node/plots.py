@@ -13,6 +13,7 @@ itself, a demo's runs/<timestamp>/ (one sub-directory per node), or a --compare 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,25 @@ def load_runs(run_dirs: list[str | Path]) -> list[Series]:
             if several:
                 kind = f"{run_dir.resolve().name}/{kind}" if kind else run_dir.resolve().name
             series.append(Series(node=node, kind=kind, path=node_dir, rows=rows, description=describe(node_dir)))
+        nodes, kinds = _demo_order(run_dir)
+        if nodes:  # a demo run: keep its node and run-kind order (and so its colours and line styles)
+            def rank(s: Series) -> tuple[int, int]:
+                kind = s.kind.rsplit("/", 1)[-1]
+                return (kinds.index(kind) if kind in kinds else len(kinds),
+                        nodes.index(s.node) if s.node in nodes else len(nodes))
+
+            start = len(series) - len(dirs)
+            series[start:] = sorted(series[start:], key=rank)
     return series
+
+
+def _demo_order(run_dir: Path) -> tuple[list[str], list[str]]:
+    """(node names, run kinds) in the order `swarm-node demo` ran them (from its demo.json)."""
+    try:
+        info = json.loads((run_dir / "demo.json").read_text())
+        return [str(n) for n in info.get("nodes", [])], [str(k) for k in info.get("kinds", [])]
+    except (OSError, ValueError, AttributeError):
+        return [], []
 
 
 def _plt():
@@ -157,7 +176,7 @@ def plot_accuracy(series: list[Series], path: str | Path, title: str | None = No
     ax.set_xlabel("round (0 = warm start, before RL)")
     ax.set_ylabel("held-out accuracy, greedy pass@1 (%)")
     ax.set_title(title or "Held-out accuracy per node" + (f"  (n = {n} problems, band = ±1 s.e.)" if n and not with_kind else ""))
-    ax.legend(loc="best", fontsize=9)
+    ax.legend(loc="lower right" if not with_kind else "best", fontsize=9)
     return _save(fig, path)
 
 
@@ -167,9 +186,10 @@ def plot_training(series: list[Series], path: str | Path, title: str | None = No
     colors, styles = _styles(series)
     with_kind = len(styles) > 1
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-    panels = (("reward/mean", "mean reward of own completions", "Reward (fraction of own samples correct)"),
-              ("filter/dropped_frac", "fraction of sequences dropped by the filter",
-               "F-TIS filter: dropped fraction (KL > g, A <= 0)"))
+    panels = (("reward/mean", "mean reward of own sampled completions", "Reward (fraction of own samples correct)"),
+              ("filter/dropped_frac", "fraction of sequences dropped",
+               "F-TIS filter: dropped sequences (A ≤ 0 and KL ≥ g)"))
+    handles: dict[str, object] = {}
     for ax, (key, ylabel, panel_title) in zip(axes, panels):
         drew = False
         for s in series:
@@ -178,19 +198,22 @@ def plot_training(series: list[Series], path: str | Path, title: str | None = No
                 continue
             drew = True
             ax.plot(rounds, values, styles[s.kind], color=colors[s.node], alpha=0.18, linewidth=0.9)
-            ax.plot(rounds, smooth(values, _window(len(values))), styles[s.kind], color=colors[s.node],
-                    linewidth=1.9, label=_label(s, with_kind))
+            (line,) = ax.plot(rounds, smooth(values, _window(len(values))), styles[s.kind], color=colors[s.node],
+                              linewidth=1.9)
+            handles.setdefault(_label(s, with_kind), line)
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)
         ax.set_title(panel_title)
-        if key == "filter/dropped_frac":
-            ax.set_ylim(bottom=0)
-        if drew:
-            ax.legend(loc="best", fontsize=8)
-        else:
+        ax.set_ylim(bottom=0)
+        if not drew:
             ax.text(0.5, 0.5, f"no {key} in these runs", ha="center", va="center", transform=ax.transAxes)
-    fig.suptitle(title or "Training signals (thick: moving average)", fontsize=11)
-    return _save(fig, path)
+    fig.suptitle(title or "Training signals (thick: moving average, faint: every round)", fontsize=11)
+    # one legend below both panels; with several run kinds, one column per kind (legends fill by column)
+    ncol = max(1, len({s.kind for s in series}) if with_kind else min(len(handles), 4))
+    fig.tight_layout(rect=(0, 0.02 + 0.05 * -(-len(handles) // ncol), 1, 1))
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=9)
+    return _save(fig, path, tight=False)
 
 
 def plot_compare(series: list[Series], path: str | Path, title: str | None = None) -> Path:
@@ -216,12 +239,13 @@ def plot_compare(series: list[Series], path: str | Path, title: str | None = Non
     return _save(fig, path)
 
 
-def _save(fig, path: str | Path) -> Path:
+def _save(fig, path: str | Path, tight: bool = True) -> Path:
     import matplotlib.pyplot as plt
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path

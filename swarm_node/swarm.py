@@ -17,7 +17,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Container
 
 import psutil
@@ -35,7 +35,8 @@ from hivemind.proto import p2pd_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
-from .swarm_identity import IdentityLock, check_record_value, load_or_create_identity, owner_key_of, peer_id_of
+from .swarm_identity import (IdentityLock, check_record_value, load_or_create_identity, owner_key_of, owner_peer_id,
+                             peer_id_of)
 from .swarm_fetch import ERROR, MISMATCH, OVERSIZE, TIMEOUT, PacketServer, collect_offers, request_packet
 from .swarm_records import (
     FETCH_PROTOCOL, MAX_OFFERS_IN_RECORD, MAX_SIGNED_RECORD_BYTES,
@@ -58,6 +59,7 @@ DHT_RPC_TIMEOUT_S = 3.0  # one hivemind DHT RPC (ping/store/find); hivemind's de
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
 CONNECT_TIMEOUT_S = 5.0
 MAX_PARALLEL_FETCHES = 4
+MAX_REMEMBERED = 65536  # entries of each per-(peer, digest|round) memory (bad offers, rounds taken, counted drops)
 STAT_KEYS = (
     "bytes_in", "bytes_out", "packets_in", "packets_served", "fetch_failures", "fetch_timeouts",
     "fetch_not_found", "fetch_busy", "fetch_oversize", "digest_mismatches", "records_rejected",
@@ -95,7 +97,12 @@ class SwarmRecordValidator(RecordValidatorBase):
         owner = owner_key_of(record.subkey)
         if owner is None:  # checked first: RSASignatureValidator accepts records without an owner
             return "subkey must be exactly [owner:<ssh-rsa public key>]"
-        if not self._rsa.validate(record):
+        if owner_peer_id(owner) is None:  # before hivemind parses it: a malformed key would raise there
+            return "owner key is not an RSA public key of >= 2048 bits"
+        try:
+            if not self._rsa.validate(record):
+                return "bad signature"
+        except Exception:  # hostile bytes must give a reason, never an exception inside a DHT RPC handler
             return "bad signature"
         return check_record_value(owner, self._rsa.strip_value(record), record.expiration_time)
 
@@ -154,7 +161,9 @@ class Swarm:
         self._offers: OrderedDict[str, tuple[int, bytes]] = OrderedDict()  # digest -> (round, data)
         self._round = self._policy_version = 0
         self._lock = threading.Lock()
-        self._bad: set[tuple[str, str]] = set()  # (peer, digest) that served wrong bytes
+        self._bad: set[tuple[str, str]] = set()  # (peer, digest) never to fetch again (wrong bytes, not its packet)
+        self._taken: OrderedDict[tuple[str, int], str] = OrderedDict()  # (peer, round) -> digest fetched for it
+        self._counted: set[tuple[str, str, str]] = set()  # (peer, digest, reason) of offers already counted as dropped
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._p2p: P2P | None = None
@@ -347,18 +356,48 @@ class Swarm:
 
     def collect(self, want_rounds: Callable[[int], bool] | Container[int], seen: set[str], min_packets: int,
                 deadline_s: float, poll_s: float = 0.25,
-                peer_filter: Callable[[PeerInfo], bool] | None = None) -> list[Received]:
+                peer_filter: Callable[[PeerInfo], bool] | None = None, dropped: Counter | None = None,
+                count_peers: bool = False, newest: int | None = None) -> list[Received]:
         """Fetch offered packets of wanted rounds whose digest is not in ``seen`` (digests of received
-        packets are added to it) until ``min_packets`` new ones arrived or ``deadline_s`` passed.
-        ``peer_filter`` defaults to "same protocol version as ours"."""
+        packets are added to it) until ``min_packets`` new ones (from as many distinct peers, with
+        ``count_peers``) arrived or ``deadline_s`` passed, or (given ``newest``, the newest wanted round)
+        when every peer is past the wanted rounds with nothing left to offer.
+        ``peer_filter`` defaults to "same protocol version as ours". Offers refused by the per-peer
+        limits (``swarm_fetch.collect_offers``) are counted by reason in ``dropped``."""
         wanted = want_rounds if callable(want_rounds) else want_rounds.__contains__
         keep = peer_filter or (lambda p: p.protocol == self.protocol)
+        declared: dict[tuple[str, str], int] = {}
+
+        async def list_peers(timeout: float) -> list[PeerInfo]:
+            peers = await self._apeers(timeout)
+            declared.update(((p.peer_id, d), size) for p in peers for _, d, size in p.offers)
+            return peers
+
+        async def fetch(peer_id: str, digest: str, timeout: float) -> tuple[bytes | None, str]:
+            # a peer may not send more than it announced: the declared size is the byte limit
+            return await self._afetch(peer_id, digest, timeout, declared.get((peer_id, digest)))
+
+        self._bound_memory()
         coro = collect_offers(
-            self._apeers, self._afetch, wanted=wanted, keep=keep, skip=lambda p, d: (p, d) in self._bad, seen=seen,
+            list_peers, fetch, wanted=wanted, keep=keep, skip=lambda p, d: (p, d) in self._bad, seen=seen,
             min_packets=min_packets, deadline_s=deadline_s, poll_s=poll_s, fetch_timeout_s=self.settings.fetch_timeout_s,
             max_packet_bytes=self.settings.max_packet_bytes, max_parallel=MAX_PARALLEL_FETCHES,
-            lookup_timeout_s=DHT_OP_TIMEOUT_S)
+            lookup_timeout_s=DHT_OP_TIMEOUT_S, max_peer_packets=self.settings.max_peer_packets,
+            max_peer_bytes=self.settings.max_peer_bytes, taken=self._taken, dropped=dropped, counted=self._counted,
+            count_peers=count_peers, newest=newest)
         return self._run(coro, max(0.0, deadline_s) + DHT_OP_TIMEOUT_S + 10)
+
+    def distrust(self, peer_id: str, digest: str) -> None:
+        """Never fetch ``digest`` from ``peer_id`` again (e.g. it served another peer's packet)."""
+        if len(self._bad) < MAX_REMEMBERED:
+            self._bad.add((peer_id, digest))
+
+    def _bound_memory(self) -> None:
+        """Per-peer bookkeeping stays bounded whatever peers offer: oldest entries go first."""
+        while len(self._taken) > MAX_REMEMBERED:
+            self._taken.popitem(last=False)
+        if len(self._counted) > MAX_REMEMBERED:
+            self._counted.clear()
 
     # ---- discovery ----------------------------------------------------------------------------------
     def _warn_alone(self) -> None:
@@ -446,8 +485,11 @@ class Swarm:
             entry = self._offers.get(digest)
         return entry[1] if entry is not None else None
 
-    async def _afetch(self, peer_id: str, digest: str, timeout: float) -> tuple[bytes | None, str]:
-        """(data, "ok") or (None, reason); the bytes come from ``peer_id`` over an authenticated stream."""
+    async def _afetch(self, peer_id: str, digest: str, timeout: float,
+                      max_bytes: int | None = None) -> tuple[bytes | None, str]:
+        """(data, "ok") or (None, reason); the bytes come from ``peer_id`` over an authenticated stream.
+        ``max_bytes`` (at most ``settings.max_packet_bytes``) bounds what the peer may send."""
+        limit = self.settings.max_packet_bytes if max_bytes is None else min(max_bytes, self.settings.max_packet_bytes)
         try:
             pid = PeerID.from_base58(peer_id)
         except Exception:
@@ -461,7 +503,7 @@ class Swarm:
             info, reader, writer = await self._open_stream(pid)
             if info.peer_id != pid:
                 return None, ERROR
-            return await request_packet(reader, writer, self.settings.run_id, digest, self.settings.max_packet_bytes)
+            return await request_packet(reader, writer, self.settings.run_id, digest, limit)
 
         try:
             data, reason = await asyncio.wait_for(transfer(), max(0.01, timeout))
@@ -479,10 +521,10 @@ class Swarm:
                    OVERSIZE: "fetch_oversize", MISMATCH: "digest_mismatches"}.get(reason)
             if key:
                 self.stats[key] += 1
-            if reason == MISMATCH:
-                logger.warning("peer %s served bytes that do not match %s; ignoring that offer", peer_id, digest)
-                if len(self._bad) < 65536:
-                    self._bad.add((peer_id, digest))
+            if reason == MISMATCH or (reason == OVERSIZE and max_bytes is not None):
+                logger.warning("peer %s served %s for %s; ignoring that offer", peer_id,
+                               "bytes that do not match" if reason == MISMATCH else "more bytes than it announced", digest)
+                self.distrust(peer_id, digest)
         else:
             self.stats["bytes_in"] += len(data)
             self.stats["packets_in"] += 1

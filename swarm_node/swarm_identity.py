@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
+import math
 import os
 import re
 import time
@@ -115,8 +116,8 @@ def check_record_value(owner_ssh_key: bytes, value: bytes, expiration_time: floa
         return f"schema: {e}"
     if info.peer_id != owner_peer_id(owner_ssh_key):
         return "peer_id is not the owner key's libp2p peer id"
-    if expiration_time > time.time() + MAX_RECORD_TTL_S:
-        return "expiration too far in the future"
+    if not math.isfinite(expiration_time) or expiration_time > time.time() + MAX_RECORD_TTL_S:
+        return "expiration must be finite and at most MAX_RECORD_TTL_S ahead"  # NaN would never expire
     return None
 
 

@@ -61,6 +61,8 @@ class SwarmSettings:
     max_packet_bytes: int = 16 * 2**20
     bootstrap_retry_s: float = 10.0
     max_offers: int = 4  # packets served at once (the newest ones)
+    max_peer_packets: int = 4  # per collect call (one round): packets fetched from one peer at most
+    max_peer_bytes: int = 32 * 2**20  # per collect call: declared bytes fetched from one peer at most
     # libp2p UPnP/NAT-PMP port mapping + AutoNAT + circuit-relay client. Off by default: port mapping
     # probes the LAN (multicast) and opens router ports; turn it on for home-NAT users.
     nat_traversal: bool = False
