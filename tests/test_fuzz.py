@@ -15,6 +15,7 @@ tests/test_codec.py's ~750. The four largest are marked slow (~30 s together).
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import socket
 import time
@@ -392,7 +393,6 @@ def test_fuzz_record_bytes_and_validator(value, subkey, expiration):
     from hivemind.dht.routing import DHTID
     from hivemind.dht.validation import DHTRecord
 
-    from swarm_node.swarm import SwarmRecordValidator, _wrap_rsa
     from swarm_node.swarm_records import record_key
 
     assert isinstance(check_record_value(OWNER_SSH, value, expiration), str)
@@ -400,20 +400,15 @@ def test_fuzz_record_bytes_and_validator(value, subkey, expiration):
     key_id = DHTID.generate(source=record_key("run")).to_bytes()
     for sub in (subkey, msgpack.packb(b"[owner:" + OWNER_SSH + b"]"), msgpack.packb(b"[owner:ssh-rsa AAAA" + subkey.hex().encode() + b"]")):
         for val in (value, value + b"[signature:" + subkey + b"]", msgpack.packb(RECORD) + b"[signature:AAAA]"):
-            reason = VALIDATOR.check(DHTRecord(key_id, sub, val, expiration))
+            reason = _validator().check(DHTRecord(key_id, sub, val, expiration))
             assert isinstance(reason, str)  # nothing here is validly signed
 
 
-VALIDATOR = None
-
-
-@pytest.fixture(autouse=True, scope="module")
+@functools.cache
 def _validator():
-    global VALIDATOR
     from swarm_node.swarm import SwarmRecordValidator, _wrap_rsa
 
-    VALIDATOR = SwarmRecordValidator(_wrap_rsa(load_or_create_identity(None)[0]), "run")
-    yield
+    return SwarmRecordValidator(_wrap_rsa(load_or_create_identity(None)[0]), "run")
 
 
 def test_non_finite_record_expiration_is_rejected():
