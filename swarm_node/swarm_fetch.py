@@ -148,6 +148,7 @@ async def collect_offers(
         return (len({x.peer_id for x in received}) if count_peers else len(received)) >= min_packets
 
     def drop(peer: str, digest: str, reason: str) -> None:
+        deferred.pop((peer, digest), None)
         if (peer, digest, reason) not in counted:
             counted.add((peer, digest, reason))
             dropped[reason] += 1
@@ -179,6 +180,7 @@ async def collect_offers(
                 elif used_bytes[peer] + size > max_peer_bytes:
                     deferred[(peer, d)] = "too_many_bytes"
                 else:
+                    deferred.pop((peer, d), None)
                     jobs[d] = (peer, r, size)
                     rounds_in_flight.add((peer, r))
                     used[peer] += 1

@@ -43,3 +43,9 @@ def test_train_then_eval_the_checkpoint(tmp_path):
                                  "--max-new-tokens", "4"])
     assert result.exit_code == 0, result.output
     assert "arith pass@1 = " in result.output and "on 5 examples" in result.output
+
+
+def test_bad_task_option_is_one_clear_line(tmp_path):
+    result = runner.invoke(app, ["train", "--set", "task.options={digit: 2}", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "error: bad options for task 'arith'" in result.output and "Traceback" not in result.output

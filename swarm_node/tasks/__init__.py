@@ -80,7 +80,7 @@ def load_task(name: str, data: str | os.PathLike | None = None, **options) -> Ta
         data: Local directory or ``.jsonl`` file, or a hub dataset id;
             ``None`` for the task's default. Must be ``None`` for ``arith``.
         **options: Task-specific keyword options:
-            ``arith``: ``digits`` (2), ``ops`` (``("plus", "minus")``), ``seed`` (0),
+            ``arith``: ``digits`` (2), ``second_digits`` (= digits), ``ops`` (``("plus", "minus")``), ``seed`` (0),
             ``train_size`` (100_000), ``test_size`` (500);
             ``gsm8k``: ``hub_config`` (``"main"``);
             ``math500``: ``timeout_s`` (5.0), ``max_answer_chars`` (500).
@@ -89,6 +89,15 @@ def load_task(name: str, data: str | os.PathLike | None = None, **options) -> Ta
         ValueError: unknown task, bad options, or ``data`` given for ``arith``.
         FileNotFoundError: ``data`` names a local path that does not exist.
     """
+    if not isinstance(options, dict):
+        raise ValueError(f"task options must be a mapping, got {options!r}")
+    try:
+        return _build_task(name, data, **options)
+    except TypeError as e:  # an option the task does not take, e.g. task.options={digit: 2}
+        raise ValueError(f"bad options for task {name!r}: {e}") from None
+
+
+def _build_task(name: str, data, **options) -> Task:
     key = name.strip().lower() if isinstance(name, str) else name
     if key == "arith":
         from swarm_node.tasks.arith import ArithTask
