@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["procs"]  # the `procs` fixture: real child processes, cleaned up (tests/procs.py)
+
 DATA = Path(os.environ.get("SWARM_NODE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 

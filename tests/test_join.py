@@ -8,82 +8,18 @@ joins when the peer comes up, and horizontal mode forms cross-node groups for sh
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
-import psutil
 import pytest
 
-from swarm_node.metrics import read_metrics
+from procs import Proc
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--set", "threads=1", "--set", "rollout.group_size=4",
+COMMON = ["--set", "threads=1", "--set", "rollout.group_size=4",
           "--set", "rollout.max_new_tokens=32", "--set", "task.eval_limit=8", "--set", "train.eval_every=0",
           "--set", "train.checkpoint_every=0", "--set", "swarm.fetch_timeout_s=10"]
-
-
-class Node:
-    """A `swarm-node join` child process whose stdout is collected in the background."""
-
-    def __init__(self, args: list[str], out: Path):
-        self.out = out
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "swarm_node", "join", "--out", str(out), *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                     start_new_session=True)
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def join_address(self, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.lines:
-                if "Others join this swarm with:" in line:
-                    return line.split("--peers", 1)[1].strip()
-            assert self.proc.poll() is None, "".join(self.lines)
-            time.sleep(0.2)
-        raise AssertionError("no join line:\n" + "".join(self.lines))
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"node did not finish in {timeout}s:\n" + "".join(self.lines[-40:])) from None
-
-    def rows(self) -> list[dict]:
-        path = self.out / "metrics.jsonl"
-        return read_metrics(path) if path.exists() else []
-
-    def kill(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-
-@pytest.fixture
-def nodes():
-    started: list[Node] = []
-    yield lambda args, out: started.append(Node(args, out)) or started[-1]
-    pids = []
-    for node in started:
-        pids.append(node.proc.pid)
-        node.kill()
-    # No node process and no p2pd daemon may outlive the test.
-    time.sleep(0.5)
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if "p2pd" in " ".join(p.info["cmdline"] or [])
-                 and any(str(pid) in str(p.parents()) for pid in pids)]
-    assert leftovers == []
 
 
 def _free_port() -> int:
@@ -92,14 +28,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_three_heterogeneous_nodes_train_together(tmp_path, nodes):
+def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
     swarm = ["--rounds", "3", "--set", "swarm.min_peers=2", "--set", "swarm.deadline_s=90",
              "--set", "swarm.linger_s=15", "--run-id", "three"]
-    first = nodes(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "s")
-    peers = ["--peers", first.join_address()]
-    others = [nodes(["--model", "tiny-m", "--set", "train.seed=1", *peers, *COMMON, *swarm], tmp_path / "m"),
-              nodes(["--model", "tiny-s", "--lora-r", "4", "--set", "train.seed=2", *peers, *COMMON, *swarm],
-                    tmp_path / "s-lora")]
+    first = procs(Proc.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "s"))
+    peers = ["--peers", first.address()]
+    others = [procs(Proc.join(["--model", "tiny-m", "--set", "train.seed=1", *peers, *COMMON, *swarm],
+                              tmp_path / "m")),
+              procs(Proc.join(["--model", "tiny-s", "--lora-r", "4", "--set", "train.seed=2", *peers, *COMMON,
+                               *swarm], tmp_path / "s-lora"))]
     for node in [first, *others]:
         assert node.wait(300) == 0, "".join(node.lines[-40:])
     for node in [first, *others]:
@@ -120,24 +57,24 @@ def test_three_heterogeneous_nodes_train_together(tmp_path, nodes):
                 assert row["swarm/packet_bytes_in"] <= row["swarm/bytes_in"] <= 1.05 * row["swarm/packet_bytes_in"] + 4096
 
 
-def test_identity_is_stable_and_exclusive(tmp_path, nodes):
+def test_identity_is_stable_and_exclusive(tmp_path, procs):
     key = tmp_path / "node.key"
     args = ["--model", "tiny-s", "--identity", str(key), *COMMON, "--set", "swarm.linger_s=0"]
-    once = nodes(args + ["--rounds", "0"], tmp_path / "a")
-    address = once.join_address()
+    once = procs(Proc.join(args + ["--rounds", "0"], tmp_path / "a"))
+    address = once.address()
     assert once.wait(120) == 0
-    again = nodes(args + ["--rounds", "0"], tmp_path / "b")
-    assert again.join_address().rsplit("/p2p/", 1)[1] == address.rsplit("/p2p/", 1)[1]
+    again = procs(Proc.join(args + ["--rounds", "0"], tmp_path / "b"))
+    assert again.address().rsplit("/p2p/", 1)[1] == address.rsplit("/p2p/", 1)[1]
     assert again.wait(120) == 0
-    holder = nodes(args + ["--rounds", "50", "--set", "swarm.deadline_s=5"], tmp_path / "c")
-    holder.join_address()
-    rival = nodes(args + ["--rounds", "1"], tmp_path / "d")
+    holder = procs(Proc.join(args + ["--rounds", "50", "--set", "swarm.deadline_s=5"], tmp_path / "c"))
+    holder.address()
+    rival = procs(Proc.join(args + ["--rounds", "1"], tmp_path / "d"))
     assert rival.wait(120) == 2
     output = "".join(rival.lines)
     assert "error:" in output and "Traceback" not in output
 
 
-def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, nodes):
+def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, procs):
     from swarm_node.swarm_identity import load_or_create_identity, peer_id_of
 
     key_path = tmp_path / "a.key"
@@ -145,25 +82,26 @@ def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, nodes):
     port = _free_port()
     address = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(key.public_key())}"
     swarm = ["--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=6", "--run-id", "late"]
-    lonely = nodes(["--model", "tiny-s", "--peers", address, "--rounds", "12", *COMMON, *swarm], tmp_path / "b")
+    lonely = procs(Proc.join(["--model", "tiny-s", "--peers", address, "--rounds", "12", *COMMON, *swarm],
+                             tmp_path / "b"))
     deadline = time.monotonic() + 120
     while not any(r["round"] >= 1 for r in lonely.rows()):
         assert time.monotonic() < deadline and lonely.proc.poll() is None, "".join(lonely.lines[-40:])
         time.sleep(0.5)
     assert lonely.rows()[1]["swarm/peers"] == 0  # trained alone while the peer was down
-    late = nodes(["--model", "tiny-s", "--identity", str(key_path), "--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}",
-                  "--rounds", "12", "--set", "train.seed=1", *COMMON[2:], *swarm], tmp_path / "a")
+    late = procs(Proc.join(["--model", "tiny-s", "--identity", str(key_path), "--rounds", "12", "--set", "train.seed=1",
+                        *COMMON, *swarm], tmp_path / "a", listen=["--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}"]))
     assert lonely.wait(300) == 0, "".join(lonely.lines[-40:])
     late.wait(300)
     assert any(r.get("swarm/peer_groups_used", 0) > 0 for r in lonely.rows()), lonely.rows()
 
 
-def test_horizontal_mode_merges_groups_across_nodes(tmp_path, nodes):
+def test_horizontal_mode_merges_groups_across_nodes(tmp_path, procs):
     swarm = ["--mode", "horizontal", "--rounds", "2", "--run-id", "horiz", "--set", "swarm.min_peers=1",
              "--set", "swarm.deadline_s=90", "--set", "swarm.linger_s=15"]
-    a = nodes(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "a")
-    b = nodes(["--model", "tiny-m", "--peers", a.join_address(), "--set", "train.seed=5", *COMMON, *swarm],
-              tmp_path / "b")
+    a = procs(Proc.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "a"))
+    b = procs(Proc.join(["--model", "tiny-m", "--peers", a.address(), "--set", "train.seed=5", *COMMON, *swarm],
+                        tmp_path / "b"))
     assert a.wait(300) == 0 and b.wait(300) == 0
     merged_rounds = 0
     for node in (a, b):

@@ -17,13 +17,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -37,6 +35,8 @@ from swarm_node.metrics import MetricsError, MetricsWriter, drop_rounds_after, r
 from swarm_node.rollout import generate_groups, round_examples
 from swarm_node.swarm_fetch import MISMATCH, OVERSIZE, TIMEOUT, collect_offers
 from swarm_node.swarm_records import PeerInfo, Received, packet_digest
+
+from procs import Proc
 
 TESTS = Path(__file__).resolve().parent
 ME, HONEST, EVIL = "QmMe", "QmHonest", "QmEvil"
@@ -416,82 +416,6 @@ def test_cli_full_disk_is_one_error_line(tmp_path):
 
 # ================================================================================ real processes (slow)
 
-LOCAL = ["--host-maddrs", "/ip4/127.0.0.1/tcp/0"]
-
-
-class Proc:
-    """A child process (its own process group) whose output is collected in the background."""
-
-    def __init__(self, argv: list[str], out: Path | None = None):
-        self.out, self.lines = out, []
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                     start_new_session=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    @classmethod
-    def join(cls, args: list[str], out: Path) -> "Proc":
-        return cls([sys.executable, "-m", "swarm_node", "join", "--out", str(out), *LOCAL, *args], out)
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def text(self, last: int = 60) -> str:
-        return "".join(self.lines[-last:])
-
-    def wait_line(self, marker: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.lines:
-                if marker in line:
-                    return line
-            assert self.proc.poll() is None, self.text()
-            time.sleep(0.2)
-        raise AssertionError(f"no {marker!r} line:\n{self.text()}")
-
-    def address(self) -> str:
-        return self.wait_line("Others join this swarm with:").split("--peers", 1)[1].strip()
-
-    def rows(self) -> list[dict]:
-        path = self.out / "metrics.jsonl"
-        return read_metrics(path) if path.exists() else []
-
-    def wait_rows(self, pred, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        while not pred(self.rows()):
-            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.text()}"
-            assert self.proc.poll() is None, f"exited while waiting for {what}:\n{self.text()}"
-            time.sleep(0.2)
-        return self.rows()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"did not finish in {timeout}s:\n{self.text()}") from None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-
-@pytest.fixture
-def procs():
-    started: list[Proc] = []
-
-    def start(proc: Proc) -> Proc:
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-    time.sleep(0.5)
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if "p2pd" in " ".join(p.info["cmdline"] or [])
-                 and any(proc.proc.pid in [q.pid for q in p.parents()] for proc in started)]
-    assert leftovers == []  # no node and no p2pd outlives the test
 
 
 def _rounds(rows: list[dict]) -> list[int]:
