@@ -7,7 +7,7 @@ the library's functions from the outside (no library edits): per round, seconds 
   reward     rollout.score on our own completions
   exchange   Exchange.round, split into encode / offer (DHT record publish) / collect (DHT lookups,
              waiting for peers, fetching) / accept (decode, validate, re-score peers' packets) /
-             peer lookups (Swarm.peers: skip-stale and the peer count)
+             peer lookups (HivemindTransport.peers)
   logprob    Policy.token_logprobs forward (training log-probs, with grad)
   loss       loss.policy_loss
   backward   Tensor.backward (includes the checkpointed chunks' recompute)
@@ -41,7 +41,7 @@ from pathlib import Path
 import _common as C
 
 PARTS = ["generate", "reward", "exchange", "exchange/encode", "exchange/offer", "exchange/collect",
-         "exchange/accept", "exchange/peer_lookups", "logprob", "loss", "backward", "step", "eval"]
+         "exchange/accept", "logprob", "loss", "backward", "step", "eval"]
 TOP = ["generate", "reward", "exchange", "logprob", "loss", "backward", "step", "eval"]
 CPU_PARTS = ["generate", "reward", "exchange", "logprob", "loss", "backward", "step", "eval"]
 
@@ -54,7 +54,7 @@ def node_overrides(args, out: str, swarm: bool, min_peers: int | None = None) ->
     if swarm:
         if args.min_peers is not None and min_peers is None:
             min_peers = args.min_peers
-        o += ["swarm.enabled=true", "swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]", f"swarm.run_id={args.run_id}",
+        o += ["swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]", f"swarm.run_id={args.run_id}",
               "swarm.linger_s=0"]  # the workers wait for each other before leaving instead
         if min_peers is not None:
             o.append(f"swarm.min_peers={min_peers}")
@@ -66,32 +66,33 @@ def worker(args) -> None:
     """One node: node.run with timers wrapped around the library's stages; rows -> args.result."""
     import torch
 
+    import swarm_node.admit as admit_mod
     import swarm_node.exchange as exchange_mod
-    import swarm_node.merge as merge_mod
     import swarm_node.node as node_mod
     import swarm_node.rollout as rollout_mod
     import swarm_node.trainer as trainer_mod
     from swarm_node.backend import Policy
     from swarm_node.config import load_config
-    from swarm_node.swarm import Swarm
+    from swarm_node.net.hivemind import HivemindTransport
+    from swarm_node.sampling.hf import HFSampler
 
     timers = C.Timers(sync=torch.cuda.synchronize if args.device.startswith("cuda") else None)
     where = {"eval": False}
     for owner, attr, key in [
-        (Policy, "generate", lambda a: "eval/generate" if where["eval"] else "generate"),
+        (HFSampler, "_generate", lambda a: "eval/generate" if where["eval"] else "generate"),
         (Policy, "token_logprobs", "logprob"),
         (rollout_mod, "score", "reward"),  # own completions (generate_groups looks it up at call time)
-        (merge_mod, "score", "exchange/peer_reward"),  # peers' completions, inside accept_packet
+        (admit_mod, "score", "exchange/peer_reward"),  # peers' completions, inside Admission.check
         (trainer_mod, "policy_loss", "loss"),
         (torch.Tensor, "backward", "backward"),
         (torch.nn.utils, "clip_grad_norm_", "step"),
         (torch.optim.AdamW, "step", "step"),
         (exchange_mod, "encode", "exchange/encode"),
-        (exchange_mod, "accept_packet", "exchange/accept"),
-        (Swarm, "offer", "exchange/offer"),
-        (Swarm, "collect", "exchange/collect"),
-        (Swarm, "peers", "exchange/peer_lookups"),
-        (exchange_mod.Exchange, "round", "exchange"),
+        (admit_mod.Admission, "check", "exchange/accept"),
+        (HivemindTransport, "offer", "exchange/offer"),
+        (HivemindTransport, "collect", "exchange/collect"),  # peer lookups happen inside collect
+        (exchange_mod.Exchange, "offer", "exchange"),
+        (exchange_mod.Exchange, "collect", "exchange"),
     ]:
         timers.wrap(owner, attr, key)
     pass_at_1 = node_mod.pass_at_1
@@ -105,11 +106,11 @@ def worker(args) -> None:
     node_mod.pass_at_1 = eval_wrapper
 
     if args.swarm:  # publish our address for the parent; on exit wait for the others before going away
-        start, close = exchange_mod.Exchange.start, exchange_mod.Exchange.close
+        start, close = HivemindTransport.start, exchange_mod.Exchange.close
 
-        def start_and_tell(self, policy, task):
-            start(self, policy, task)
-            Path(args.result + ".maddr").write_text(self.swarm.visible_maddrs()[0])
+        def start_and_tell(self):
+            start(self)
+            Path(args.result + ".maddr").write_text(self.join_addrs()[0])
 
         def close_after_peers(self, *a, **kw):  # a barrier instead of a fixed linger: leave once all are done
             Path(args.result + ".done").write_text("1")
@@ -117,7 +118,7 @@ def worker(args) -> None:
             while time.time() < deadline and len(list(Path(args.result).parent.glob("*.done"))) < args.nodes:
                 time.sleep(0.2)
             close(self, *a, **kw)
-        exchange_mod.Exchange.start, exchange_mod.Exchange.close = start_and_tell, close_after_peers
+        HivemindTransport.start, exchange_mod.Exchange.close = start_and_tell, close_after_peers
 
     rows = []
 
@@ -129,8 +130,8 @@ def worker(args) -> None:
         cpu_mark[0] = now
 
     cfg = load_config(None, args.overrides)
-    exchange = exchange_mod.Exchange(cfg) if cfg.swarm.enabled else None
-    node_mod.run(cfg, exchange=exchange, on_round=on_round)
+    connect = (lambda model_id, tok: HivemindTransport(cfg.swarm, model_id, tok)) if args.swarm else None
+    node_mod.run(cfg, connect=connect, on_round=on_round)
     Path(args.result).write_text(json.dumps(rows))
 
 
@@ -288,8 +289,8 @@ def main() -> None:
     swarm_n = next((m for m in modes if m.startswith("swarm-") and m != "swarm-1"), None)
     m = {k: summaries[k]["mean_over_nodes"] for k in modes}
     rows = []
-    for k in TOP[:2] + ["exchange", "exchange/encode", "exchange/offer", "exchange/collect", "exchange/accept",
-                        "exchange/peer_lookups"] + TOP[3:-1] + ["other", "round_without_eval", "eval", "round"]:
+    for k in TOP[:2] + ["exchange", "exchange/encode", "exchange/offer", "exchange/collect",
+                        "exchange/accept"] + TOP[3:-1] + ["other", "round_without_eval", "eval", "round"]:
         vals = [1e3 * m[mode][k] if not (mode == "alone" and k.startswith("exchange")) else None for mode in modes]
         ratio = None
         if swarm_n and "alone" in m and m["alone"].get(k) and not k.startswith("exchange"):

@@ -1,67 +1,67 @@
-"""Benchmark 4 — transport scale: N = 2, 4, 8, 16 node processes on 127.0.0.1, no models.
+"""Benchmark 4 — transport scale: discovery v1 ("dht-key") and v2 ("push") side by side, N = 4 .. 32 nodes.
 
-Each node is its own process with its own `swarm_node.swarm.Swarm` (and p2pd child); all
-bootstrap from node 0. Rounds run on a shared wall clock: at the start of round r every node
-offers a synthetic packet of realistic size (2 prompts x 12 completions x ~200 tokens, ~40 KB,
-built by the real codec), then `collect`s the round's packets from all N-1 peers until they all
-arrived or the round deadline passed. Per N we report:
+Transport-only nodes on 127.0.0.1, no models: each node is a `HivemindTransport` with its own p2pd;
+a worker process hosts up to --per-proc of them (one thread each) so that N = 32 fits on 2 cores.
+All nodes bootstrap from node 0. Rounds run on a shared wall clock: at the start of round r every
+node offers a synthetic packet of realistic size (2 prompts x 12 completions x ~200 tokens, built
+by the real codec), then `collect`s round r's packets with min_peers = k (the node default, 1)
+until they arrived or the round deadline passed. For each N and design we report, per node and
+steady-state round (rounds 2+):
 
-  delivered   share of the N x (N-1) packets of a round that arrived within the deadline
-  latency     arrival (fetch completed at the receiver) minus the sender's offer time;
-              median and p95 over delivered packets
-  offer       time for `Swarm.offer` to return (DHT record publish)
-  bytes       per node per round: packet payload fetched/served (Swarm.stats), and everything
-              the node's p2pd sent/received over TCP (payload + DHT + libp2p framing; from the
-              kernel's tcp_info via `ss`)
-  CPU         CPU seconds per node per round (Python process + its p2pd)
+  discovery msgs   messages the node sent + received to find offers: DHT RPC requests and responses
+                   (client and server side, counted at hivemind's protobuf handlers) and announcement
+                   frames (v2)
+  discovery bytes  their bytes (protobuf / msgpack frame sizes, no libp2p framing)
+  non-payload TCP  everything the node's p2pd sent + received over TCP (kernel tcp_info via `ss`)
+                   minus packet bytes: discovery + libp2p/yamux/noise overhead
+  delivered        node-rounds that got >= min(k, N-1) packets of the round within the deadline
+  latency          receiver's fetch completion - sender's offer, p50 / p95 over delivered packets
 
-Round 1 is reported separately (routing tables are cold); the rest are the steady state.
 Every worker and p2pd is checked gone at the end (psutil), and killed by pid if not.
 
-    .venv/bin/python bench/scale.py                       # N = 2 4 8 16, ~4 min on 2 cores
-    .venv/bin/python bench/scale.py --quick               # N = 2 4, 2 rounds
+    .venv/bin/python bench/scale.py                 # N = 4 8 16 32, both designs (~10 min on 2 cores)
+    .venv/bin/python bench/scale.py --quick         # N = 4 8, 3 rounds
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
+import functools
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import _common as C
 
+DESIGNS = ("dht-key", "push")
 _SS_PID = re.compile(r"pid=(\d+)")
 _SS_SENT = re.compile(r"bytes_acked:(\d+)")
 _SS_RECV = re.compile(r"bytes_received:(\d+)")
 
 
-def tcp_bytes(pid: int | None) -> tuple[int, int]:
-    """(bytes acked out, bytes received) summed over the TCP sockets of process `pid` (via `ss -tinpH`)."""
-    if pid is None:
-        return 0, 0
+def tcp_bytes(pids: list[int]) -> dict[int, tuple[int, int]]:
+    """pid -> (bytes acked out, bytes received) summed over its TCP sockets (one `ss -tinpH` call)."""
+    out = {pid: (0, 0) for pid in pids}
     try:
-        out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=10).stdout
+        text = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return 0, 0
-    sent = recv = 0
-    mine = False
-    for line in out.splitlines():
-        if line and not line[0].isspace():  # a socket line; its tcp_info follows on indented lines
-            mine = any(int(p) == pid for p in _SS_PID.findall(line))
-            rest = line
-        else:
-            rest = line
-        if mine:
-            m1, m2 = _SS_SENT.search(rest), _SS_RECV.search(rest)
-            sent += int(m1.group(1)) if m1 else 0
-            recv += int(m2.group(1)) if m2 else 0
-    return sent, recv
+        return out
+    owner = None
+    for line in text.splitlines():
+        if line and not line[0].isspace():  # a socket line; its tcp_info may follow on indented lines
+            owner = next((int(p) for p in _SS_PID.findall(line) if int(p) in out), None)
+        if owner is not None:
+            m1, m2 = _SS_SENT.search(line), _SS_RECV.search(line)
+            sent, recv = out[owner]
+            out[owner] = (sent + (int(m1.group(1)) if m1 else 0), recv + (int(m2.group(1)) if m2 else 0))
+    return out
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -78,102 +78,144 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 # ------------------------------------------------------------------------------------------ worker
+def count_discovery_messages() -> dict[int, Counter]:
+    """Count DHT RPCs per P2P instance (id) at hivemind's protobuf layer: client calls and served requests."""
+    from hivemind.dht.protocol import DHTProtocol
+    from hivemind.p2p import P2P
+
+    counters: dict[int, Counter] = {}
+    call = P2P._call_unary_protobuf_handler
+
+    async def counted_call(self, peer_id, name, request, output_type):
+        c = counters.setdefault(id(self), Counter())
+        c["msgs"] += 1
+        c["bytes"] += request.ByteSize()
+        response = await call(self, peer_id, name, request, output_type)
+        c["msgs"] += 1
+        c["bytes"] += response.ByteSize()
+        return response
+    P2P._call_unary_protobuf_handler = counted_call
+
+    def served(method):
+        @functools.wraps(method)  # hivemind reads the handler's type hints
+        async def wrapper(self, request, context):
+            response = await method(self, request, context)
+            c = counters.setdefault(id(self.p2p), Counter())
+            c["msgs"] += 2
+            c["bytes"] += request.ByteSize() + response.ByteSize()
+            return response
+        return wrapper
+    for name in ("rpc_ping", "rpc_store", "rpc_find"):
+        setattr(DHTProtocol, name, served(getattr(DHTProtocol, name)))
+    return counters
+
+
 def worker(args) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally: shut p2pd down
-    from swarm_node.codec import digest, encode
-    from swarm_node.swarm import Swarm, SwarmSettings
+    from swarm_node.codec import encode
+    from swarm_node.config import SwarmConfig
+    from swarm_node.net.hivemind import HivemindTransport
 
-    arrivals: dict[str, float] = {}
-    first_try: dict[str, float] = {}
-    fetch = Swarm._afetch
+    dht_counters = count_discovery_messages()
+    arrivals: dict[tuple[str, str], float] = {}  # (receiver, digest) -> when the bytes were in
+    fetch = HivemindTransport._afetch
 
-    async def timed_fetch(self, peer_id, key, *a, **kw):  # stamp the first fetch attempt and when the bytes are in
-        first_try.setdefault(key, time.time())
+    async def timed_fetch(self, peer_id, key, *a, **kw):
         result = await fetch(self, peer_id, key, *a, **kw)
-        data = result[0] if isinstance(result, tuple) else result
-        if data is not None:
-            arrivals.setdefault(key, time.time())
+        if result[0] is not None:
+            arrivals.setdefault((self.peer_id, key), time.time())
         return result
-    Swarm._afetch = timed_fetch
+    HivemindTransport._afetch = timed_fetch
 
     d = Path(args.dir)
-    settings = SwarmSettings(run_id=args.run_id, initial_peers=[args.peer] if args.peer else [],
-                             host_maddrs=["/ip4/127.0.0.1/tcp/0"], fetch_timeout_s=args.deadline)
-    swarm = Swarm(settings, model_id="bench/synthetic", tokenizer="sha256:" + "ab" * 32, protocol=1)
-    swarm.start()
+    indices = list(range(args.index, min(args.n, args.index + args.per_proc)))
+    nodes = []
     try:
-        p2pd = swarm._p2pd_pid
-        (d / f"ready{args.index}.tmp").write_text(json.dumps({"maddr": swarm.visible_maddrs()[0], "peer_id": swarm.peer_id,
-                                                              "pid": os.getpid(), "p2pd_pid": p2pd}))
-        os.replace(d / f"ready{args.index}.tmp", d / f"ready{args.index}.json")
-        give_up = time.time() + args.start_timeout
+        for i in indices:
+            cfg = SwarmConfig(run_id=args.run_id, peers=[args.peer] if args.peer else [], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                              fetch_timeout_s=args.deadline, min_peers=args.k, start_timeout_s=args.start_timeout)
+            node = HivemindTransport(cfg, model_id="bench/synthetic", tokenizer="sha256:" + "ab" * 32, protocol=1,
+                                     discovery=args.design, mesh_k=args.k)
+            node.start()
+            nodes.append(node)
+        for i, node in zip(indices, nodes):
+            (d / f"ready{i}.tmp").write_text(json.dumps({"maddr": node.join_addrs()[0], "peer_id": node.peer_id,
+                                                          "pid": os.getpid(), "p2pd_pid": node._p2pd_pid}))
+            os.replace(d / f"ready{i}.tmp", d / f"ready{i}.json")
+        give_up = time.time() + 2 * args.start_timeout
         while not (d / "go.json").exists():
             if time.time() > give_up:
                 raise SystemExit("no go signal")
             time.sleep(0.05)
         t0 = json.loads((d / "go.json").read_text())["t0"]
-        rounds, snaps = [], []
+        results: dict[int, dict] = {i: {"index": i, "peer_id": n.peer_id, "rounds": [], "snapshots": []}
+                                    for i, n in zip(indices, nodes)}
 
         def snapshot(label: str) -> None:
-            snaps.append({"at": label, "t": time.time(), "stats": dict(swarm.stats), "tcp": tcp_bytes(p2pd),
-                          "cpu": cpu_seconds([os.getpid(), p2pd])})
+            tcp = tcp_bytes([n._p2pd_pid for n in nodes])
+            cpu = cpu_seconds([os.getpid()] + [n._p2pd_pid for n in nodes]) / len(nodes)
+            for i, n in zip(indices, nodes):
+                dht = dht_counters.get(id(n._p2p), Counter())
+                results[i]["snapshots"].append({"at": label, "stats": n.stats(), "tcp": tcp[n._p2pd_pid], "cpu": cpu,
+                                                "dht_msgs": dht["msgs"], "dht_bytes": dht["bytes"],
+                                                "degree": len(n.peers()) if args.design == "push" else None})
 
-        for r in range(1, args.rounds + 1):
-            t_start = t0 + (r - 1) * args.period
-            time.sleep(max(0.0, t_start - time.time()))
-            snapshot(f"round {r} start")
-            packet, n_tokens = C.synthetic_packet(seed=1000 * args.index + r, round=r, sender=swarm.peer_id,
-                                                  mean_tokens=args.tokens)
-            data = encode(packet)
-            key = digest(data)
-            t_offer = time.time()
-            swarm.offer(r, r, data, key)
-            t_offered = time.time()
-            seen = {key}
-            received = swarm.collect({r}, seen, min_packets=args.n - 1, deadline_s=max(0.0, t_start + args.deadline - time.time()))
-            t_done = time.time()
-            rounds.append({
-                "round": r, "digest": key, "packet_bytes": len(data), "tokens": n_tokens, "t_start": t_start,
-                "t_offer": t_offer, "offer_s": t_offered - t_offer, "collect_end": t_done,
-                "received": [{"digest": x.digest, "peer": x.peer_id, "round": x.round, "arrival": arrivals.get(x.digest),
-                              "first_try": first_try.get(x.digest)} for x in received],
-            })
-        # keep serving until everyone is done (a node that leaves early would starve slower peers)
-        (d / f"done{args.index}").write_text("1")
-        give_up = time.time() + 30
-        while time.time() < give_up and len(list(d.glob("done*"))) < args.n:
-            time.sleep(0.1)
-        time.sleep(0.5)  # let the last serves finish before the final snapshot
+        def run_rounds(i: int, node) -> None:
+            for r in range(1, args.rounds + 1):
+                t_start = t0 + (r - 1) * args.period
+                time.sleep(max(0.0, t_start - time.time()))
+                packet, _ = C.synthetic_packet(seed=1000 * i + r, round=r, sender=node.peer_id, mean_tokens=args.tokens)
+                data = encode(packet)
+                t_offer = time.time()
+                key = node.offer(r, r, data)
+                got = node.collect(r, r, min_peers=args.k, deadline_s=max(0.0, t_start + args.deadline - time.time()))
+                results[i]["rounds"].append({
+                    "round": r, "digest": key, "packet_bytes": len(data), "t_start": t_start, "t_offer": t_offer,
+                    "offer_s": time.time() - t_offer, "collect_end": time.time(),
+                    "received": [{"digest": x.digest, "peer": x.peer_id, "arrival": arrivals.get((node.peer_id, x.digest))}
+                                 for x in got.packets]})
+
+        for r in range(args.rounds + 1):  # snapshots at each round start (by the shared clock) and at the end
+            time.sleep(max(0.0, t0 + r * args.period - 0.05 - time.time()))
+            if r == 0:
+                snapshot("round 1 start")
+                threads = [threading.Thread(target=run_rounds, args=(i, n)) for i, n in zip(indices, nodes)]
+                for t in threads:
+                    t.start()
+            elif r < args.rounds:
+                snapshot(f"round {r + 1} start")
+        for t in threads:
+            t.join()
         snapshot("end")
-        (d / f"result{args.index}.json").write_text(json.dumps({"index": args.index, "peer_id": swarm.peer_id,
-                                                                "rounds": rounds, "snapshots": snaps}))
-        (d / f"final{args.index}").write_text("1")
-        give_up = time.time() + 30
-        while time.time() < give_up and len(list(d.glob("final*"))) < args.n:
+        for i in indices:
+            (d / f"result{i}.json").write_text(json.dumps(results[i]))
+        (d / f"done{args.index}").write_text("1")
+        give_up = time.time() + 60  # keep serving until every worker is done
+        while time.time() < give_up and len(list(d.glob("result*.json"))) < args.n:
             time.sleep(0.1)
     finally:
-        swarm.shutdown()
+        for n in nodes:
+            n.close()
 
 
 # ------------------------------------------------------------------------------------------ parent
-def run_n(args, n: int) -> dict:
-    import psutil
-
-    run_id = f"bench-scale-{os.getpid()}-{n}"
+def run_one(args, n: int, design: str) -> dict:
+    run_id = f"bench-scale-{os.getpid()}-{design}-{n}"
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{n}-") as tmp:
         d = Path(tmp)
         procs: list[subprocess.Popen] = []
         logs = []
 
-        def spawn(i: int, peer: str | None):
-            argv = [C.PYTHON, __file__, "--worker", "--index", str(i), "--n", str(n), "--dir", tmp, "--run-id", run_id,
+        def spawn(first: int, peer: str | None):
+            argv = [C.PYTHON, __file__, "--worker", "--index", str(first), "--n", str(n), "--dir", tmp, "--run-id", run_id,
                     "--rounds", str(args.rounds), "--period", str(args.period), "--deadline", str(args.deadline),
-                    "--tokens", str(args.tokens), "--start-timeout", str(args.start_timeout)]
+                    "--tokens", str(args.tokens), "--start-timeout", str(args.start_timeout), "--design", design,
+                    "--k", str(args.k), "--per-proc", str(1 if first == 0 else args.per_proc)]
             if peer:
                 argv += ["--peer", peer]
-            log = open(d / f"worker{i}.log", "w")
+            log = open(d / f"worker{first}.log", "w")
             logs.append(log)
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=C.REPO))
@@ -182,7 +224,7 @@ def run_n(args, n: int) -> dict:
             end = time.time() + timeout
             while len(list(d.glob(pattern))) < count:
                 if time.time() > end or any(p.poll() not in (None, 0) for p in procs):
-                    raise RuntimeError(f"N={n}: workers did not get ready:\n" + tail_logs(d))
+                    raise RuntimeError(f"N={n} {design}: workers did not get ready:\n" + tail_logs(d))
                 time.sleep(0.1)
 
         ready: list[dict] = []
@@ -191,31 +233,29 @@ def run_n(args, n: int) -> dict:
             spawn(0, None)
             wait_files("ready0.json", 1, args.start_timeout)
             maddr0 = json.loads((d / "ready0.json").read_text())["maddr"]
-            for i in range(1, n):
-                spawn(i, maddr0)
-            wait_files("ready*.json", n, args.start_timeout)
+            for first in range(1, n, args.per_proc):
+                spawn(first, maddr0)
+            wait_files("ready*.json", n, 2 * args.start_timeout)
             startup_s = time.time() - t_spawn
             ready = [json.loads((d / f"ready{i}.json").read_text()) for i in range(n)]
-            (d / "go.tmp").write_text(json.dumps({"t0": time.time() + 1.0}))
+            (d / "go.tmp").write_text(json.dumps({"t0": time.time() + args.settle}))
             os.replace(d / "go.tmp", d / "go.json")
-            end = time.time() + 1.0 + args.rounds * args.period + 60
+            end = time.time() + args.settle + args.rounds * args.period + 90
             for p in procs:
                 try:
                     p.wait(max(1.0, end - time.time()))
                 except subprocess.TimeoutExpired:
                     pass
-            failed = [i for i, p in enumerate(procs) if p.poll() != 0]
             results = [json.loads((d / f"result{i}.json").read_text()) for i in range(n) if (d / f"result{i}.json").exists()]
             if len(results) < n:
-                raise RuntimeError(f"N={n}: only {len(results)} of {n} workers reported (failed: {failed}):\n" + tail_logs(d))
+                raise RuntimeError(f"N={n} {design}: only {len(results)} of {n} nodes reported:\n" + tail_logs(d))
         finally:
             leftovers = cleanup(procs, ready)
             for log in logs:
                 log.close()
-    started_pids = [p.pid for p in procs] + [r["p2pd_pid"] for r in ready if r.get("p2pd_pid")]
-    return {"n": n, "startup_s": startup_s, "workers": results, "leftover_processes_killed": leftovers,
-            "started_pids": started_pids,
-            **analyze(results, n, args.deadline)}
+    started = [p.pid for p in procs] + [r["p2pd_pid"] for r in ready if r.get("p2pd_pid")]
+    return {"n": n, "design": design, "startup_s": startup_s, "workers": results, "started_pids": started,
+            "leftover_processes_killed": leftovers, **analyze(results, n, args)}
 
 
 def tail_logs(d: Path) -> str:
@@ -234,10 +274,10 @@ def cleanup(procs: list[subprocess.Popen], ready: list[dict]) -> list[int]:
             pass
     for p in procs:
         if p.poll() is None:
-            p.terminate()  # the worker's SIGTERM handler shuts its Swarm (and p2pd) down
+            p.terminate()  # the worker's SIGTERM handler closes its transports (and p2pd)
     for p in procs:
         try:
-            p.wait(15)
+            p.wait(20)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(5)
@@ -255,84 +295,110 @@ def cleanup(procs: list[subprocess.Popen], ready: list[dict]) -> list[int]:
     return killed
 
 
-def analyze(results: list[dict], n: int, deadline: float) -> dict:
-    offers = {}  # digest -> (sender index, offer time)
-    for w in results:
-        for r in w["rounds"]:
-            offers[r["digest"]] = (w["index"], r["t_offer"])
+def analyze(results: list[dict], n: int, args) -> dict:
+    offers = {r["digest"]: r["t_offer"] for w in results for r in w["rounds"]}
+    want = min(args.k, n - 1)
 
-    def phase(rounds: set[int]) -> dict:
-        expected = delivered = 0
-        lat, discovery, transfer, offer_s, failures = [], [], [], [], 0
+    def phase(rounds: list[int]) -> dict:
+        node_rounds = delivered_rounds = packets = 0
+        latency = []
         for w in results:
             for r in w["rounds"]:
                 if r["round"] not in rounds:
                     continue
-                expected += n - 1
-                for x in r["received"]:
-                    if x["arrival"] is not None and x["arrival"] <= r["t_start"] + deadline + 0.05:
-                        delivered += 1
-                        lat.append(x["arrival"] - offers[x["digest"]][1])
-                        if x.get("first_try") is not None:
-                            discovery.append(x["first_try"] - offers[x["digest"]][1])
-                            transfer.append(x["arrival"] - x["first_try"])
-                offer_s.append(r["offer_s"])
-        # bytes and CPU: from the snapshot at the start of the phase's first round to the one after it
-        # (the next round's start, or the end once every node finished), per node per round
-        first, last = min(rounds), max(rounds)
-        cpu, pay_in, pay_out, tcp_in, tcp_out = [], [], [], [], []
+                node_rounds += 1
+                in_time = [x for x in r["received"] if x["arrival"] is not None
+                           and x["arrival"] <= r["t_start"] + args.deadline + 0.05]
+                delivered_rounds += len(in_time) >= want
+                packets += len(r["received"])
+                latency += [x["arrival"] - offers[x["digest"]] for x in in_time]
+        per = {key: [] for key in ("dht_msgs", "dht_bytes", "ann_msgs", "ann_bytes", "tcp", "payload", "cpu", "degree")}
         for w in results:
-            snaps = w["snapshots"]
-            a = snaps[first - 1]
-            b = snaps[last] if last < len(snaps) else snaps[-1]
+            a, b = w["snapshots"][rounds[0] - 1], w["snapshots"][rounds[-1]]
             k = len(rounds)
-            cpu.append((b["cpu"] - a["cpu"]) / k)
-            pay_in.append((b["stats"]["bytes_in"] - a["stats"]["bytes_in"]) / k)
-            pay_out.append((b["stats"]["bytes_out"] - a["stats"]["bytes_out"]) / k)
-            tcp_out.append((b["tcp"][0] - a["tcp"][0]) / k)
-            tcp_in.append((b["tcp"][1] - a["tcp"][1]) / k)
-            failures += b["stats"]["fetch_failures"] - a["stats"]["fetch_failures"]
+            s0, s1 = a["stats"], b["stats"]
+            per["dht_msgs"].append((b["dht_msgs"] - a["dht_msgs"]) / k)
+            per["dht_bytes"].append((b["dht_bytes"] - a["dht_bytes"]) / k)
+            frames = lambda s: 2 * (s.get("announces_sent", 0) + s.get("announces_received", 0))  # noqa: E731
+            per["ann_msgs"].append((frames(s1) - frames(s0)) / k)
+            per["ann_bytes"].append(sum(s1.get(x, 0) - s0.get(x, 0) for x in ("announce_bytes_out", "announce_bytes_in")) / k)
+            payload = sum(s1[x] - s0[x] for x in ("bytes_in", "bytes_out"))
+            per["payload"].append(payload / k)
+            per["tcp"].append((sum(b["tcp"]) - sum(a["tcp"]) - payload) / k)
+            per["cpu"].append((b["cpu"] - a["cpu"]) / k)
+            if b.get("degree") is not None:
+                per["degree"].append(b["degree"])
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-        return {"rounds": sorted(rounds), "expected": expected, "delivered": delivered,
-                "delivered_frac": delivered / expected if expected else float("nan"),
-                "latency_median_s": C.median(lat), "latency_p95_s": C.percentile(lat, 95),
-                "latency_max_s": max(lat) if lat else float("nan"),
-                "discovery_median_s": C.median(discovery), "transfer_median_s": C.median(transfer),
-                "offer_median_s": C.median(offer_s), "offer_p95_s": C.percentile(offer_s, 95),
-                "cpu_s_per_node_round": mean(cpu),
-                "payload_in_per_node_round": mean(pay_in), "payload_out_per_node_round": mean(pay_out),
-                "tcp_in_per_node_round": mean(tcp_in), "tcp_out_per_node_round": mean(tcp_out),
-                "overhead_per_node_round": mean(tcp_in) + mean(tcp_out) - mean(pay_in) - mean(pay_out),
-                "fetch_failures": failures}
+        out = {"rounds": rounds, "node_rounds": node_rounds, "delivered_frac": delivered_rounds / max(1, node_rounds),
+               "packets_per_node_round": packets / max(1, node_rounds), "latency_p50_s": C.median(latency),
+               "latency_p95_s": C.percentile(latency, 95), "latency_max_s": max(latency) if latency else float("nan"),
+               **{f"{key}_per_node_round": mean(v) for key, v in per.items() if key != "degree"},
+               "degree_mean": mean(per["degree"]), "degree_max": max(per["degree"]) if per["degree"] else None}
+        out["discovery_msgs_per_node_round"] = out["dht_msgs_per_node_round"] + out["ann_msgs_per_node_round"]
+        out["discovery_bytes_per_node_round"] = out["dht_bytes_per_node_round"] + out["ann_bytes_per_node_round"]
+        return out
 
-    all_rounds = sorted({r["round"] for w in results for r in w["rounds"]})
-    return {"first_round": phase({all_rounds[0]}), "steady": phase(set(all_rounds[1:]) or set(all_rounds)),
+    return {"first_round": phase([1]), "steady": phase(list(range(2, args.rounds + 1)) or [1]),
             "packet_bytes": results[0]["rounds"][0]["packet_bytes"]}
 
 
 START_TIME = time.time()
 
 
+def report(results: list[dict], args) -> dict:
+    rows = []
+    for r in sorted(results, key=lambda x: (x["n"], x["design"])):
+        s = r["steady"]
+        rows.append([r["n"], r["design"], s["discovery_msgs_per_node_round"], s["discovery_bytes_per_node_round"] / 1e3,
+                     s["tcp_per_node_round"] / 1e3, 100 * s["delivered_frac"], 100 * r["first_round"]["delivered_frac"],
+                     s["latency_p50_s"], s["latency_p95_s"], s["packets_per_node_round"], s["degree_mean"],
+                     s["cpu_per_node_round"], r["startup_s"]])
+    C.print_table(f"Discovery v1 (dht-key) vs v2 (push) on 127.0.0.1: transport-only nodes, packet "
+                  f"{results[0]['packet_bytes']:,} B, k = min_peers = {args.k}, deadline {args.deadline:g} s, "
+                  f"{args.rounds} rounds (steady = rounds 2+)",
+                  ["N", "design", "discovery msgs", "discovery KB", "non-payload TCP KB", "delivered %",
+                   "round-1 delivered %", "latency p50 s", "latency p95 s", "packets", "neighbors", "CPU s", "startup s"],
+                  rows, caption="per node per steady round. discovery = DHT RPC requests+responses (both sides) + "
+                  "announcement frames; non-payload TCP = all p2pd TCP bytes - packet bytes; neighbors = v2 mesh degree")
+    growth = {}
+    for design in DESIGNS:
+        by_n = {r["n"]: r["steady"] for r in results if r["design"] == design}
+        if len(by_n) >= 2:
+            lo, hi = min(by_n), max(by_n)
+            growth[design] = {key: by_n[hi][key] / by_n[lo][key] if by_n[lo][key] else math.nan
+                              for key in ("discovery_msgs_per_node_round", "discovery_bytes_per_node_round",
+                                          "tcp_per_node_round", "latency_p50_s")}
+            growth[design]["from_to"] = [lo, hi]
+            print(f"{design}: N={lo} -> N={hi}: discovery msgs x{growth[design]['discovery_msgs_per_node_round']:.2f}, "
+                  f"bytes x{growth[design]['discovery_bytes_per_node_round']:.2f}, non-payload TCP "
+                  f"x{growth[design]['tcp_per_node_round']:.2f}, latency p50 x{growth[design]['latency_p50_s']:.2f}")
+    return growth
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8, 16], help="swarm sizes to run, one after the other")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds per swarm size; round 1 is reported apart (cold)")
+    ap.add_argument("--nodes", type=int, nargs="+", default=[4, 8, 16, 32], help="swarm sizes, one after the other")
+    ap.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=DESIGNS)
+    ap.add_argument("--rounds", type=int, default=4, help="rounds per run; round 1 is reported apart (cold)")
     ap.add_argument("--deadline", type=float, default=5.0, help="round deadline in seconds (the node default is 30)")
     ap.add_argument("--period", type=float, default=6.0, help="seconds between round starts (>= deadline)")
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds between the last node's start and round 1")
+    ap.add_argument("--k", type=int, default=1, help="min_peers: packets each node waits for (v2 degree k + 3 sqrt k)")
+    ap.add_argument("--per-proc", type=int, default=4, help="nodes per worker process (node 0 is alone in its own)")
     ap.add_argument("--tokens", type=int, default=200, help="mean completion tokens of the synthetic packets")
     ap.add_argument("--start-timeout", type=float, default=120.0)
-    ap.add_argument("--quick", action="store_true", help="smoke run: N = 2 4, 2 rounds")
+    ap.add_argument("--quick", action="store_true", help="smoke run: N = 4 8, 3 rounds")
     ap.add_argument("--out", default=None)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     for a in ("--index", "--n"):
         ap.add_argument(a, type=int, default=0, help=argparse.SUPPRESS)
-    for a in ("--dir", "--run-id", "--peer"):
+    for a in ("--dir", "--run-id", "--peer", "--design"):
         ap.add_argument(a, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
     if args.quick:
-        args.nodes, args.rounds = [2, 4], 2
+        args.nodes, args.rounds = [4, 8], 3
     if args.period < args.deadline:
         ap.error("--period must be >= --deadline")
 
@@ -342,14 +408,15 @@ def main() -> None:
     print(C.describe_load(info))
     results = []
     for n in args.nodes:
-        t = time.time()
-        r = run_n(args, n)
-        results.append(r)
-        s = r["steady"]
-        print(f"  N={n:2d}: delivered {100 * s['delivered_frac']:.0f}%, latency p50 {s['latency_median_s']:.2f} s "
-              f"p95 {s['latency_p95_s']:.2f} s, startup {r['startup_s']:.0f} s ({time.time() - t:.0f} s)", flush=True)
-    # nothing we started may survive: the workers and the p2pd daemons they started (by pid, and
-    # only if that pid is still the process we started: created after this script began)
+        for design in args.designs:
+            t = time.time()
+            r = run_one(args, n, design)
+            results.append(r)
+            s = r["steady"]
+            print(f"  N={n:2d} {design:8s}: delivered {100 * s['delivered_frac']:.0f}%, discovery "
+                  f"{s['discovery_msgs_per_node_round']:.0f} msgs {s['discovery_bytes_per_node_round'] / 1e3:.1f} KB per node-round, "
+                  f"latency p50 {s['latency_p50_s']:.2f} s p95 {s['latency_p95_s']:.2f} s, startup {r['startup_s']:.0f} s "
+                  f"({time.time() - t:.0f} s)", flush=True)
     alive = []
     for pid in [pid for r in results for pid in r["started_pids"]]:
         try:
@@ -359,42 +426,11 @@ def main() -> None:
         except psutil.Error:
             pass
     children = [c.pid for c in psutil.Process().children(recursive=True)]
-    rows = []
-    for r in results:
-        s, f = r["steady"], r["first_round"]
-        rows.append([r["n"], 100 * s["delivered_frac"], 100 * f["delivered_frac"], s["latency_median_s"], s["latency_p95_s"],
-                     s["discovery_median_s"], s["transfer_median_s"], s["offer_median_s"],
-                     s["payload_in_per_node_round"] / 1e3,
-                     (s["tcp_in_per_node_round"] + s["tcp_out_per_node_round"]) / 1e3,
-                     s["overhead_per_node_round"] / 1e3, s["cpu_s_per_node_round"]])
-    C.print_table(f"Transport scale on 127.0.0.1: one process + p2pd per node, packet {results[0]['packet_bytes']:,} B "
-                  f"(2 x 12 x ~{args.tokens} tokens), deadline {args.deadline:g} s, {args.rounds} rounds (steady = rounds 2+)",
-                  ["N", "delivered %", "round-1 delivered %", "latency p50 s", "latency p95 s", "discovery p50 s",
-                   "transfer p50 s", "offer p50 s", "payload in KB", "TCP in+out KB", "non-payload KB", "CPU s"], rows,
-                  caption="per node per round. latency = receiver's fetch completion - sender's offer = discovery (offer -> "
-                          "receiver's first fetch attempt: DHT publish + polling) + transfer; TCP = all p2pd traffic "
-                          "(tcp_info); non-payload = TCP - packet bytes in and out (DHT records, RPCs, libp2p framing); "
-                          "CPU = node process + its p2pd")
-    growth = {}
-    if len(results) >= 2:
-        import math
-
-        def slope(key):
-            pts = [(math.log(r["n"]), math.log(r["steady"][key])) for r in results if r["steady"][key] > 0]
-            if len(pts) < 2:
-                return None
-            mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
-            return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-        for key in ("latency_median_s", "latency_p95_s", "discovery_median_s", "transfer_median_s", "offer_median_s",
-                    "payload_in_per_node_round", "tcp_in_per_node_round", "overhead_per_node_round", "cpu_s_per_node_round"):
-            growth[key] = slope(key)
-        print("growth with N (least-squares exponent k in value ~ N^k): "
-              + ", ".join(f"{k} {v:.2f}" for k, v in growth.items() if v is not None))
+    growth = report(results, args)
     print(f"processes started: {sum(len(r['started_pids']) for r in results)} (workers + p2pd); still running after "
           f"cleanup: {alive or 'none'}; children of this script left: {children or 'none'}")
-    path = C.write_results("scale", results, args, info, started, out=args.out, growth_exponents=growth,
-                           leftover_processes=alive,
-                           leftover_children=children)
+    path = C.write_results("scale", results, args, info, started, out=args.out, growth=growth,
+                           leftover_processes=alive, leftover_children=children)
     print(f"wrote {C.shown(path)} ({time.time() - started:.0f} s)")
 
 

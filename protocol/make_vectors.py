@@ -3,9 +3,10 @@
     python protocol/make_vectors.py            # rewrite protocol/vectors/
     swarm-node protocol verify                 # check them against the codec
 
-Valid vector NAME: NAME.msgpack (canonical bytes) + NAME.json (JSON form).
+Valid vector NAME: NAME.msgpack (canonical bytes) + NAME.json (JSON form); digests.json: NAME -> digest.
 Invalid vector NAME: NAME.msgpack (bad bytes) + NAME.json {"error": code, "note": ..., ["vocab_size": N]}.
-tokenizer_fingerprint.json: vocabularies and their expected fingerprints.
+Several-fault vector order_*: like an invalid one, plus "acceptable": the other codes a decoder may give.
+tokenizer_fingerprint.json: vocabularies (or tokenizer.json files) and their fingerprints, or "error".
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from swarm_node.codec import (MAX_COMPLETIONS, MAX_GROUPS, MAX_PROMPT_TOKENS, MAX_STR_BYTES, MAX_TOKENS, MAX_UINT,  # noqa: E402
-                              Completion, Group, Packet, decode, encode, tokenizer_fingerprint)
+                              Completion, Group, Packet, VocabError, decode, digest, encode, tokenizer_fingerprint)
+from swarm_node.protocol_cli import vocab_from_tokenizer_json  # noqa: E402
 from swarm_node.packet_json import dumps, packet_to_json  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "vectors"
@@ -30,6 +32,42 @@ FINGERPRINT_CASES = {
     "unsorted_with_gaps": {"z": 7, "<|endoftext|>": 100, "y": 3, "x": 0},
     "byte_level_bpe": {"Ġthe": 0, "Ċ": 1, "ĠĠ": 2, "é": 3, "中文": 4, "<|im_start|>": 5, "<|im_end|>": 6},
     "json_escapes": {'"': 0, "\\": 1, "\n": 2, "\t": 3, "\u0001": 4, "\u007f": 5, "/": 6, "\u2028": 7, "😀": 8, "": 9},
+    "shared_id": {"b": 1, "a": 1, "é": 0},  # ties on the id are ordered by UTF-8 bytes
+    "max_id": {"<last>": 2**32 - 1, "a": 0},
+}
+BAD_VOCABS = {  # vocabularies without a fingerprint: name -> (vocab, why)
+    "negative_id": ({"a": 0, "b": -1}, "a negative id"),
+    "id_over_uint32": ({"a": 2**32}, "an id of 2^32 (ids are uint32)"),
+    "float_id": ({"a": 1.5}, "a non-integer id"),
+    "lone_surrogate": ({"a": 0, "\ud800": 1}, "a token with a lone surrogate (not Unicode; RFC 8785 needs I-JSON)"),
+}
+
+
+def _added(i: int, content: str) -> dict:
+    return {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+            "special": True}
+
+
+def _tokenizer_json(model: dict, added: list[dict]) -> dict:
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model}
+
+
+def _bpe(vocab: dict) -> dict:
+    return {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
+            "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": ["a b"]}
+
+
+TOKENIZER_JSON_CASES = {  # name -> (tokenizer.json, what it covers); ids as Hugging Face tokenizers 0.23 loads them
+    "tokenizer_json_consecutive": (_tokenizer_json(_bpe({"a": 0, "b": 1, "ab": 2}), [_added(3, "<|eos|>"), _added(4, "<|pad|>")]),
+                                   "the usual file: added tokens numbered on from model.vocab"),
+    "tokenizer_json_collision": (_tokenizer_json(_bpe({"a": 0, "b": 1, "ab": 2}), [_added(5, "a"), _added(3, "<pad>")]),
+                                 "an added token with the text of a model.vocab entry keeps the model.vocab id (0, not 5)"),
+    "tokenizer_json_ids_reassigned": (_tokenizer_json(_bpe({"a": 0, "b": 1, "ab": 2}), [_added(10, "<x>"), _added(1, "<y>"), _added(7, "")]),
+                                      "added-token ids in the file are not used: new texts get 3, 4; empty content is skipped"),
+    "tokenizer_json_unigram": (_tokenizer_json({"type": "Unigram", "unk_id": 0, "byte_fallback": False,
+                                                "vocab": [["<unk>", 0.0], ["▁a", -1.5], ["b", -2.0]]}, [_added(3, "<s>"), _added(0, "<unk>")]),
+                               "Unigram: model.vocab is a list and a piece's id is its index"),
 }
 TOKENIZER = tokenizer_fingerprint(FINGERPRINT_CASES["tiny"])
 
@@ -94,7 +132,35 @@ def valid_vectors() -> dict[str, tuple[Packet, str]]:
     v["max_tokens"] = (packet([Group("gsm8k", "train/0", (np.arange(MAX_PROMPT_TOKENS) % 1000).astype(np.uint32),
                                      [Completion((np.arange(MAX_TOKENS) % 151936).astype(np.uint32), lp, "length", 0.0)])]),
                        "8192 prompt tokens and an 8192-token completion")
+    v["integral_rewards"] = (packet([Group("gsm8k", "train/2", np.array([7], np.uint32), [
+        Completion(np.array([1], np.uint32), np.array([-0.5], np.float32), "stop", r) for r in (1.0, 0.0, -0.0, 2.0, -1.0)])]),
+        "rewards 1.0, 0.0, -0.0, 2.0, -1.0: float64 0xcb even when integral, -0.0 keeps its sign")
+    prng = np.random.default_rng(7)
+    v["paper_round"] = (packet([Group("gsm8k", f"train/{i}", prng.integers(0, 151936, PAPER[3]).astype(np.uint32),
+                                      [Completion(prng.integers(0, 151936, PAPER[2]).astype(np.uint32),
+                                                  -prng.random(PAPER[2]).astype(np.float32), "stop", 1.0) for _ in range(PAPER[1])])
+                                for i in range(PAPER[0])]),
+                        "paper-size round (SPEC.md section 1): 2 groups x 12 completions x 200 tokens, 150-token prompts")
+    v["float_spellings"] = (packet([Group("gsm8k", "train/3", np.array([1, 2], np.uint32), [
+        Completion(np.arange(4, dtype=np.uint32), np.array([-0.0, -1.0, -0.25, -2.0], np.float32), "stop", 1e16),
+        Completion(np.arange(1, dtype=np.uint32), np.array([-0.5], np.float32), "length", -0.0),
+        Completion(np.arange(1, dtype=np.uint32), np.array([-3.0], np.float32), "stop", 1.0)])]),
+        "its .json spells floats as other writers do (-0, -1, -2.5E-1, 1e16, 1): equal values, same packet")
     return v
+
+
+PAPER = (2, 12, 200, 150)  # groups, completions per group, tokens per completion, prompt tokens
+FLOAT_SPELLINGS = {"logprobs": [["-0", "-1", "-2.5E-1", "-2"], ["-5e-1"], ["-3"]], "reward": ["1e16", "-0", "1"]}
+
+
+def spelled_json(p: Packet) -> str:
+    """The JSON form of float_spellings with its floats written as JavaScript/other writers do."""
+    obj = packet_to_json(p)
+    for ci, c in enumerate(obj["groups"][0]["completions"]):
+        c["logprobs"] = [f"@{x}@" for x in FLOAT_SPELLINGS["logprobs"][ci]]
+        c["reward"] = f"@{FLOAT_SPELLINGS['reward'][ci]}@"
+    text = dumps(obj)
+    return text.replace('"@', "").replace('@"', "")
 
 
 def wire(p: Packet) -> dict:
@@ -111,6 +177,11 @@ def replace_once(data: bytes, old: bytes, new: bytes) -> bytes:
     return data.replace(old, new)
 
 
+def comp(d: dict) -> dict:
+    """The first completion of a packet's wire map."""
+    return d["groups"][0]["completions"][0]
+
+
 def invalid_vectors() -> dict[str, tuple[bytes, str, dict]]:
     rng = np.random.default_rng(1)
     good = packet([group(rng, 2, 4)])
@@ -121,9 +192,6 @@ def invalid_vectors() -> dict[str, tuple[bytes, str, dict]]:
         d = wire(good)
         f(d)
         return pack(d)
-
-    def comp(d):
-        return d["groups"][0]["completions"][0]
 
     v["bad_msgpack_truncated"] = (gb[:len(gb) // 2], "bad_msgpack", "a valid packet cut in half")
     v["bad_msgpack_utf8"] = (replace_once(gb, b"\xa5gsm8k", b"\xa5gsm\xff\xfe"), "bad_msgpack", "task str is not valid UTF-8")
@@ -175,36 +243,105 @@ def invalid_vectors() -> dict[str, tuple[bytes, str, dict]]:
     v["not_canonical_str8"] = (replace_once(gb, b"\xa8vertical", b"\xd9\x08vertical"), "not_canonical",
                                "mode written as str8 instead of fixstr")
     v["bad_type_top_level"] = (pack([1, 2, 3]), "bad_type", "the packet is an array, not a map")
+    v.update(errata_vectors(good, mut))
+    v.update(order_vectors(mut))
     return {k: (x[0], x[1], x[2], x[3] if len(x) > 3 else {}) for k, x in v.items()}
+
+
+def errata_vectors(good: Packet, mut) -> dict:
+    """Single-fault vectors for the 2026-11 errata of SPEC.md (changelog)."""
+    v = {}
+    rest = {k: x for k, x in wire(good).items() if k != "version"}
+    v["duplicate_version"] = (replace_once(pack({"version": 1, "versio_": 1, **rest}), b"\xa7versio_", b"\xa7version"),
+                              "duplicate_field", "a second 'version' key right after the first")
+    v["bad_version_float"] = (pack({"version": 1.0, **rest}), "bad_version", "version 1.0: a float, not the integer 1")
+    v["bad_version_string"] = (pack({"version": "1", **rest}), "bad_version", "version '1': a string, not the integer 1")
+    v["bad_version_int_key"] = (pack({1: 1, **rest}), "bad_version", "the first key is the integer 1, not the string 'version'")
+    v["bad_version_empty_map"] = (b"\x80", "bad_version", "an empty map: no 'version' first key")
+    v["bad_enum_empty_mode"] = (mut(lambda d: d.update(mode="")), "bad_enum", "mode '': the empty string is not an allowed value")
+    v["bad_enum_empty_finish_reason"] = (mut(lambda d: comp(d).update(finish_reason="")), "bad_enum", "finish_reason ''")
+    v["bad_type_reward_int"] = (mut(lambda d: comp(d).update(reward=1)), "bad_type",
+                                "reward as the integer 1 (what msgpack-javascript writes for 1.0 by default)")
+    v["bad_logprob_positive_subnormal"] = (mut(lambda d: comp(d).update(logprobs=struct.pack("<4f", -1, -1, 1e-45, -1))),
+                                           "bad_logprob", "a log-prob of +1e-45, the smallest positive subnormal float32")
+    v["unknown_field_bad_utf8_key"] = (replace_once(mut(lambda d: comp(d).update(zz=1)), b"\xa2zz", b"\xa2\xff\xfe"),
+                                       "unknown_field", "a completion key whose bytes are not UTF-8: unknown, not bad_msgpack")
+    return v
+
+
+def order_vectors(mut) -> dict:
+    """Several faults: "error" is what the reference reports (SPEC.md section 6 order), "acceptable" the other codes."""
+    v = {}
+    big = b"\0" * (4 * MAX_TOKENS + 1)
+    v["order_limit_before_alignment"] = (mut(lambda d: comp(d).update(tokens=big, logprobs=big)), "limit_exceeded",
+                                         "bins of 32769 bytes: over the limit and not a multiple of 4", {"acceptable": ["bad_type"]})
+    v["order_structure_before_semantics"] = (mut(lambda d: d["groups"][0].update(example_id=""))[:-1], "bad_msgpack",
+                                             "an empty example_id, and the packet's last byte is missing", {"acceptable": ["bad_value"]})
+    v["order_byte_order"] = (mut(lambda d: (d.update(run_id="r" * (MAX_STR_BYTES + 1)), comp(d).update(extra=1))), "limit_exceeded",
+                             "run_id of 257 bytes, then an unknown key in a completion", {"acceptable": ["unknown_field"]})
+    v["order_trailing_before_semantics"] = (mut(lambda d: d.update(mode="diagonal")) + b"\xc0", "trailing_bytes",
+                                            "mode 'diagonal' and a trailing byte", {"acceptable": ["bad_enum"]})
+    v["order_semantics_in_wire_order"] = (mut(lambda d: (d.update(mode="diagonal"), comp(d).update(reward=float("nan")))), "bad_enum",
+                                          "mode 'diagonal', then a NaN reward", {"acceptable": ["bad_value"]})
+    v["order_canonical_last"] = (replace_once(mut(lambda d: comp(d).update(logprobs=struct.pack("<4f", -1, -1, 0.5, -1))),
+                                              b"\xaepolicy_version\x0c", b"\xaepolicy_version\xcf" + (12).to_bytes(8, "big")),
+                                 "bad_logprob", "policy_version as uint64 (not canonical) and a log-prob of +0.5",
+                                 {"acceptable": ["not_canonical"]})
+    return v
+
+
+def fingerprint_cases() -> list[dict]:
+    cases = [{"name": n, "vocab": v, "canonical_json": canonical_json(v), "fingerprint": tokenizer_fingerprint(v)}
+             for n, v in FINGERPRINT_CASES.items()]
+    for name, (tj, note) in TOKENIZER_JSON_CASES.items():
+        v = vocab_from_tokenizer_json(tj)
+        cases.append({"name": name, "note": note, "tokenizer_json": tj, "vocab": v, "canonical_json": canonical_json(v),
+                      "fingerprint": tokenizer_fingerprint(v)})
+    for name, (v, note) in BAD_VOCABS.items():
+        try:
+            tokenizer_fingerprint(v)
+        except VocabError:
+            cases.append({"name": name, "note": note, "vocab": v, "error": "no fingerprint"})
+        else:
+            raise AssertionError(f"{name} has a fingerprint")
+    return cases
+
+
+def canonical_json(vocab: dict) -> str:
+    pairs = sorted(([t, i] for t, i in vocab.items()), key=lambda x: (x[1], x[0].encode("utf-8")))
+    return json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for f in list(OUT.glob("*.msgpack")) + list(OUT.glob("*.json")):
         f.unlink()
-    rows = []
+    rows, digests = [], {}
     for name, (p, note) in valid_vectors().items():
         data = encode(p)
         assert decode(data) is not None
         (OUT / f"{name}.msgpack").write_bytes(data)
-        (OUT / f"{name}.json").write_text(dumps(packet_to_json(p)) + "\n", encoding="utf-8")
-        rows.append((name, "valid", "-", len(data), note))
+        text = spelled_json(p) if name == "float_spellings" else dumps(packet_to_json(p))
+        (OUT / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+        digests[name] = digest(data)
+        rows.append((name, "valid", f"`{digests[name]}`", len(data), note))
     for name, (data, code, note, extra) in invalid_vectors().items():
         (OUT / f"{name}.msgpack").write_bytes(data)
         (OUT / f"{name}.json").write_text(dumps({"error": code, "note": note, **extra}) + "\n", encoding="utf-8")
-        rows.append((name, "invalid", code, len(data), note))
-    cases = [{"name": n, "vocab": v, "canonical_json": json.dumps(sorted(([t, i] for t, i in v.items()), key=lambda x: x[1]),
-                                                                  ensure_ascii=False, separators=(",", ":")),
-              "fingerprint": tokenizer_fingerprint(v)} for n, v in FINGERPRINT_CASES.items()]
-    (OUT / "tokenizer_fingerprint.json").write_text(json.dumps(cases, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    lines = ["# Test vectors", "", "Generated by `protocol/make_vectors.py`; checked by `swarm-node protocol verify`.",
-             "See SPEC.md \"Test vectors\" for the file formats. `too_large` has no file vector (it needs a 16 MiB + 1 byte file).",
-             "", "| name | kind | expected error | bytes | what it covers |", "|---|---|---|---|---|"]
-    lines += [f"| `{n}` | {k} | {c if c == '-' else f'`{c}`'} | {b} | {note} |" for n, k, c, b, note in rows]
-    lines += ["", "`tokenizer_fingerprint.json`: " + ", ".join(f"`{n}`" for n in FINGERPRINT_CASES)
-              + " (vocab -> canonical JSON -> fingerprint).", ""]
+        also = "".join(f" (or `{c}`)" for c in extra.get("acceptable", ()))
+        rows.append((name, "invalid", f"`{code}`{also}", len(data), note))
+    (OUT / "digests.json").write_text(json.dumps(digests, indent=2) + "\n", encoding="utf-8")
+    cases = fingerprint_cases()  # ASCII-only JSON: a lone surrogate can only travel as a \u escape
+    (OUT / "tokenizer_fingerprint.json").write_text(json.dumps(cases, ensure_ascii=True, indent=2) + "\n", encoding="utf-8")
+    lines = ["# Test vectors", "", "Generated by `protocol/make_vectors.py`; checked by `swarm-node protocol verify` (the reference)",
+             "and `swarm-node protocol conformance --impl CMD` (any implementation). See SPEC.md section 10 for the formats.",
+             "`too_large` has no file here: the harness generates it (a valid packet padded to 16 MiB + 1 byte).", "",
+             "| name | kind | digest, or expected error | bytes | what it covers |", "|---|---|---|---|---|"]
+    lines += [f"| `{n}` | {k} | {c} | {b} | {note} |" for n, k, c, b, note in rows]
+    lines += ["", "`tokenizer_fingerprint.json`: " + ", ".join(f"`{c['name']}`" for c in cases)
+              + " (vocabulary or tokenizer.json -> canonical JSON -> fingerprint, or an error).", ""]
     (OUT / "INDEX.md").write_text("\n".join(lines), encoding="utf-8")
-    print(f"wrote {len(rows)} vectors + {len(FINGERPRINT_CASES)} fingerprint cases to {OUT}")
+    print(f"wrote {len(rows)} vectors + {len(cases)} fingerprint cases to {OUT}")
 
 
 if __name__ == "__main__":

@@ -1,22 +1,29 @@
 """swarm-node: collaborative GRPO post-training across machines that do not trust each other.
 
-The pipeline, one module per stage (read them in this order):
+The pipeline, one module per stage (read them in this order; docs/ARCHITECTURE.md has the
+data flow of one round and the seams):
 
-    config.py      NodeConfig: dataclasses with a doc line per field, YAML + --set overrides
-    backend.py     Policy: HF causal LM (+ LoRA), sampling with log-probs, chunked token log-probs
-    tasks/         arith (built-in), gsm8k, math500: examples, prompts, binary rewards
-    rollout.py     prompts -> groups of G completions (tokens, generator log-probs, rewards)
-    codec.py       Packet <-> canonical msgpack bytes, strict validation (protocol/SPEC.md)
-    swarm.py       hivemind DHT records + P2P packet fetch (the only hivemind import)
-    exchange.py    one round of sharing: offer our packet, collect peers', count rejects
-    merge.py       validate peers' packets, recompute rewards, cap per peer, form groups
-    loss.py        the F-TIS family as pure functions (nois/vis/tis, filtered or not)
-    trainer.py     one optimizer step over the merged groups
-    evaluate.py    greedy pass@1 on held-out examples
-    metrics.py     one flat dict of namespaced keys per round -> metrics.jsonl
-    checkpoint.py  atomic save / resume
-    node.py        the round loop: generate -> exchange -> merge -> train -> eval -> log
-    cli.py         `swarm-node train | join | eval | demo | plot | protocol`
+    config.py       NodeConfig: dataclasses with a doc line per field (the CLI's help), YAML + --set
+    errors.py       SwarmNodeError: the base of every user-caused error (one `error:` line, no traceback)
+    backend.py      Policy: HF causal LM (+ LoRA) and tokenizer, chunked token log-probs, save
+    sampling/       Sampler protocol; hf.py samples from the trained model (vllm.py where installed)
+    tasks/          arith (built-in), gsm8k, math500: examples, prompts, binary rewards
+    rollout.py      prompts -> groups of G completions (tokens, generator log-probs, rewards) -> buffer
+    codec.py        Packet <-> canonical msgpack bytes, strict validation (protocol/SPEC.md)
+    net/            Transport protocol; hivemind DHT records + libp2p stream fetch; in-memory transport
+    exchange.py     offer our packet's bytes, collect peers' over a Transport, count (no model, no task)
+    admit.py        validate a peer's packet, recompute its rewards (holds task and tokenizer)
+    loss.py         the F-TIS family as pure functions (nois/vis/tis, filtered or not)
+    trainer.py      one optimizer step over the combined groups
+    evaluate.py     greedy pass@1 on held-out examples
+    warmstart.py    supervised warm start of tiny models, cached on disk
+    metrics.py      metric keys, one flat dict per round -> metrics.jsonl
+    checkpoint.py   atomic save / resume;  fsutil.py: atomic file writes;  status.py: OUT/status.json
+    node.py         the round loop: generate -> offer -> collect + admit -> combine -> train -> sync
+                    -> evaluate -> log -> checkpoint
+    cli.py          `swarm-node train | join | eval | config | demo | plot | protocol`
+                    (protocol_cli.py, packet_json.py: the protocol tools)
+    demo/           the local demo swarm, live view, plots (off the training path)
 """
 
 __version__ = "0.1.0"

@@ -1,12 +1,11 @@
 """The policy: a Hugging Face causal LM (optionally with a PEFT LoRA adapter) and its tokenizer.
 
-Two jobs, both on whatever device the model lives on:
-- `generate`: sample n completions per prompt and return, for every sampled token, its log-prob
-  under the distribution it was actually drawn from (softmax(logits / temperature); no top-k /
-  top-p). These are the `gen_logp` that peers receive and weigh with importance sampling.
+It holds the model being trained and its tokenizer, on whatever device the model lives on:
+- text <-> token ids (`encode` / `decode`), saving, the trainable parameters;
 - `token_logprobs`: log-probs of given completions under the current weights (with grad), at
   the same temperature, computed in time chunks under activation checkpointing so a
   [B, T, V] logits tensor for the whole batch never exists, neither forward nor backward.
+Sampling lives in `swarm_node/sampling/` (the HF sampler drives this same model).
 
 Built-in presets (`tiny-s`, `tiny-m`, `tiny-l`) are randomly initialised Qwen2-architecture
 models with a character tokenizer, so tests and the demo need no downloads. Anything else is
@@ -17,15 +16,19 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from swarm_node.config import ModelConfig
+from swarm_node.errors import SwarmNodeError
 
 log = logging.getLogger(__name__)
+
+class ModelError(SwarmNodeError):
+    """A model that cannot be loaded as named (not a preset, a local directory or a reachable hub id)."""
+
 
 # ----------------------------------------------------------------------------------------------
 # Built-in tiny models: (hidden, layers, heads, kv_heads, mlp) of a Qwen2 architecture.
@@ -33,6 +36,8 @@ log = logging.getLogger(__name__)
 PRESETS = {
     "tiny-s": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=192),
     "tiny-m": dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=288),
+    # head size 32: the smallest that vLLM's CPU attention accepts (tiny-s/m/l have head size 16 or 24)
+    "tiny-v": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=384),
     "tiny-l": dict(hidden_size=192, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2, intermediate_size=576),
 }
 CHAR_SPECIALS = ["<|pad|>", "<|endoftext|>", "<|unk|>"]
@@ -52,7 +57,7 @@ def char_tokenizer():
                                    unk_token="<|unk|>", model_max_length=1024, swarm_node_tokenizer=CHAR_MARKER)
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str, **kwargs):
     """AutoTokenizer, except for a saved char tokenizer: AutoTokenizer would swap in the tokenizer
     class of the model type (Qwen2's byte-level BPE), so those load as the generic fast class."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -60,7 +65,27 @@ def load_tokenizer(name: str):
     config = Path(name) / "tokenizer_config.json"
     if config.is_file() and json.loads(config.read_text()).get("swarm_node_tokenizer") == CHAR_MARKER:
         return PreTrainedTokenizerFast.from_pretrained(name)
-    return AutoTokenizer.from_pretrained(name)
+    return AutoTokenizer.from_pretrained(name, **kwargs)
+
+
+def load_pretrained(name: str, dtype: torch.dtype):
+    """(model, tokenizer) from a local directory or the hub. `name` may be short (`Qwen2.5-3B`,
+    resolved to `Qwen/Qwen2.5-3B`); without hub access only the local cache is tried, so a user
+    gets the one-line reason in seconds rather than after the hub client's retries."""
+    from transformers import AutoModelForCausalLM
+
+    from swarm_node.models import hub_reachable, model_load_error, resolve_model_name
+
+    resolved = resolve_model_name(name)
+    if resolved != name:
+        log.info("model %s -> hub id %s", name, resolved)
+    reachable, why = (True, "") if Path(resolved).expanduser().exists() else hub_reachable()
+    try:
+        tokenizer = load_tokenizer(resolved, local_files_only=not reachable)
+        model = AutoModelForCausalLM.from_pretrained(resolved, dtype=dtype, local_files_only=not reachable)
+    except (OSError, ValueError) as e:  # without the hub, the reason is the hub, not the cache miss
+        raise ModelError(model_load_error(name, resolved, e if reachable else ConnectionError(why))) from None
+    return model, tokenizer
 
 
 def preset_model(name: str, seed: int):
@@ -76,15 +101,6 @@ def preset_model(name: str, seed: int):
 
 # ----------------------------------------------------------------------------------------------
 
-@dataclass
-class Sample:
-    """One sampled completion: token ids, their generator log-probs, and why it ended."""
-
-    tokens: list[int]
-    logprobs: list[float]
-    finish_reason: str  # "stop" (EOS emitted; EOS itself is not kept) | "length"
-
-
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -92,16 +108,28 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The compute dtype: `auto` is bfloat16 on CUDA and float32 on CPU."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, name)
 
 
 class Policy:
-    """A causal LM + tokenizer that samples with log-probs and scores completions."""
+    """A causal LM + tokenizer that scores completions (log-probs with grad) and saves itself.
 
-    def __init__(self, model, tokenizer, model_id: str, device: torch.device):
+    Precision: `compute_dtype` (config model.dtype) is what matmuls run in, under autocast.
+    Parameters the optimizer updates are always float32 (master weights: a bf16 weight cannot
+    absorb an AdamW update at lr ~1e-6, most updates fall below its resolution); frozen base
+    weights of a LoRA node are stored in the compute dtype to save memory, its adapters in float32.
+    The LM head runs in its weight's dtype with autocast off, so with float32 master weights the
+    log-probs that sampling reports and that training recomputes are both float32 logits.
+    """
+
+    def __init__(self, model, tokenizer, model_id: str, device: torch.device,
+                 compute_dtype: torch.dtype = torch.float32):
         self.model, self.tokenizer, self.model_id, self.device = model, tokenizer, model_id, device
+        self.compute_dtype = compute_dtype
+        self.chat_template, self.system_prompt = "auto", None  # how prompts are rendered (tasks/prompt.py)
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
 
@@ -109,18 +137,13 @@ class Policy:
     def load(cls, cfg: ModelConfig, adapter_path: str | Path | None = None) -> "Policy":
         """Load (or build) the model named in `cfg`, wrap it with LoRA if asked, move it to its device."""
         device = resolve_device(cfg.device)
-        dtype = resolve_dtype(cfg.dtype, device)
+        compute = resolve_dtype(cfg.dtype, device)
+        lora = adapter_path is not None or cfg.lora_r > 0
+        dtype = compute if lora else torch.float32  # storage: frozen LoRA base in compute dtype, else fp32 masters
         if cfg.name in PRESETS:
             model, tokenizer = preset_model(cfg.name, cfg.init_seed), char_tokenizer()
         else:
-            from transformers import AutoModelForCausalLM
-
-            try:
-                tokenizer = load_tokenizer(cfg.name)
-                model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype)
-            except OSError as e:
-                raise ValueError(f"cannot load model {cfg.name!r}: not a preset ({', '.join(PRESETS)}), "
-                                 f"a local model directory, or a reachable hub id ({e.__class__.__name__})") from None
+            model, tokenizer = load_pretrained(cfg.name, dtype)
         model.to(device=device, dtype=dtype)
         if adapter_path is not None:
             from peft import PeftModel
@@ -129,14 +152,29 @@ class Policy:
         elif cfg.lora_r > 0:
             from peft import LoraConfig, get_peft_model
 
-            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha or 2 * cfg.lora_r,
-                              target_modules=list(cfg.lora_targets), lora_dropout=0.0, task_type="CAUSAL_LM")
-            model = get_peft_model(model, lora)
-        model.config.use_cache = True
-        log.info("loaded %s on %s (%s): %.2fM params, %.2fM trainable", cfg.name, device, dtype,
-                 sum(p.numel() for p in model.parameters()) / 1e6,
+            adapter = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha or 2 * cfg.lora_r,
+                                 target_modules=list(cfg.lora_targets), lora_dropout=0.0, task_type="CAUSAL_LM")
+            model = get_peft_model(model, adapter)  # adapters in float32 (PEFT's autocast_adapter_dtype)
+        for p in model.parameters():
+            if p.requires_grad and p.dtype != torch.float32:
+                p.data = p.data.float()  # master weights: every trainable parameter in float32
+        log.info("loaded %s on %s (compute %s, weights %s): %.2fM params, %.2fM trainable", cfg.name, device,
+                 compute, dtype, sum(p.numel() for p in model.parameters()) / 1e6,
                  sum(p.numel() for p in model.parameters() if p.requires_grad) / 1e6)
-        return cls(model, tokenizer, cfg.name, device)
+        policy = cls(model, tokenizer, cfg.name, device, compute)
+        policy.chat_template, policy.system_prompt = cfg.chat_template, cfg.system_prompt
+        return policy
+
+    # -- precision --------------------------------------------------------------------------
+    def autocast(self):
+        """Matmuls in the compute dtype (a no-op for float32)."""
+        return torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32)
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits [B, c, V] from final hidden states [B, c, H], the head in its weight's dtype."""
+        head = self.model.get_output_embeddings()
+        with torch.autocast(self.device.type, enabled=False):
+            return head(hidden.to(head.weight.dtype)).float()  # [B, c, V]
 
     # -- text <-> tokens --------------------------------------------------------------------
     @property
@@ -157,8 +195,8 @@ class Policy:
         self.model.save_pretrained(str(path))
         self.tokenizer.save_pretrained(str(path))
 
-    # -- sampling ---------------------------------------------------------------------------
-    def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded token ids and attention mask on the model's device (for generation)."""
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # [B, P]
         mask = torch.zeros((len(prompts), width), dtype=torch.long)  # [B, P]
@@ -166,52 +204,6 @@ class Policy:
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p):] = 1
         return ids.to(self.device), mask.to(self.device)
-
-    @torch.no_grad()
-    def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 greedy: bool = False, generator: torch.Generator | None = None) -> list[list[Sample]]:
-        """Sample `n` completions for every prompt; returns one list of `n` Samples per prompt.
-
-        Sampling is plain ancestral sampling from softmax(logits / temperature) (or argmax when
-        `greedy`), with a KV cache; the returned log-probs are of that exact distribution.
-        """
-        was_training = self.model.training
-        self.model.eval()
-        batch = [p for p in prompts for _ in range(n)]
-        ids, mask = self._left_pad(batch)  # [B, P], [B, P]
-        B = ids.shape[0]
-        out_tokens = torch.full((B, max_new_tokens), self.pad_id, dtype=torch.long, device=self.device)  # [B, T]
-        out_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=self.device)  # [B, T]
-        done = torch.zeros(B, dtype=torch.bool, device=self.device)  # [B]
-        lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=self.device)  # [B]
-        position = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
-        past, step_ids = None, ids
-        for t in range(max_new_tokens):
-            out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=position,
-                             past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[:, -1, :].float()  # [B, V]
-            logprobs = torch.log_softmax(logits / temperature, dim=-1)  # [B, V]
-            if greedy:
-                token = logprobs.argmax(dim=-1)  # [B]
-            else:
-                token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)  # [B]
-            token = torch.where(done, torch.full_like(token, self.pad_id), token)  # [B]
-            out_tokens[:, t] = token
-            out_logp[:, t] = logprobs.gather(-1, token[:, None]).squeeze(-1)  # [B]
-            just_ended = (token == self.eos_id) & ~done  # [B]
-            lengths = torch.where(just_ended, torch.full_like(lengths, t), lengths)  # [B]
-            done |= just_ended
-            if bool(done.all()):
-                break
-            step_ids = token[:, None]  # [B, 1]
-            mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=self.device)], dim=-1)  # [B, P+t+1]
-            position = position[:, -1:] + 1  # [B, 1]
-        self.model.train(was_training)
-        tokens, logps, lengths, done = out_tokens.tolist(), out_logp.tolist(), lengths.tolist(), done.tolist()
-        samples = [Sample(tokens[i][:lengths[i]], logps[i][:lengths[i]], "stop" if done[i] else "length")
-                   for i in range(B)]
-        return [samples[k * n:(k + 1) * n] for k in range(len(prompts))]
 
     # -- scoring ----------------------------------------------------------------------------
     def token_logprobs(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
@@ -238,21 +230,20 @@ class Policy:
             mask[i, :len(c)] = 1.0
             starts.append(len(p) - 1)  # hidden state at position len(p)-1 predicts the first completion token
         ids, attn, targets, mask = (x.to(self.device) for x in (ids, attn, targets, mask))
-        hidden = self.model.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, L, H]
+        with self.autocast():
+            hidden = self.model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, H]
         index = torch.tensor(starts, device=self.device)[:, None] + torch.arange(T, device=self.device)  # [B, T]
         index = index.clamp(max=width - 1)
         hidden = hidden.gather(1, index[:, :, None].expand(-1, -1, hidden.shape[-1]))  # [B, T, H]
-        head = self.model.get_output_embeddings()
         pieces = []
         for s in range(0, T, chunk):
-            pieces.append(checkpoint(_chunk_logprobs, head, hidden[:, s:s + chunk], targets[:, s:s + chunk],
+            pieces.append(checkpoint(_chunk_logprobs, self.head_logits, hidden[:, s:s + chunk], targets[:, s:s + chunk],
                                      temperature, use_reentrant=False))  # [B, c]
         logp = torch.cat(pieces, dim=1) * mask  # [B, T]
         return logp, mask
 
 
-def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                    temperature: float) -> torch.Tensor:
+def _chunk_logprobs(head_logits, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
     """log softmax(head(hidden) / temperature) at `targets`: hidden [B, c, H], targets [B, c] -> [B, c]."""
-    logits = head(hidden).float() / temperature  # [B, c, V]
+    logits = head_logits(hidden) / temperature  # [B, c, V]
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)  # [B, c]

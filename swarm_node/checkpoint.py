@@ -4,7 +4,7 @@ Layout under `OUT/checkpoints/`:
     round-000007/      one complete checkpoint (after round 7 finished)
         model/         `save_pretrained` output: full weights, or only the LoRA adapter
         optimizer.pt   optimizer state
-        rng.pt         torch / python RNG states
+        rng.pt         torch / python RNG states (sampling itself is seeded per round)
         state.json     {"round": 7, "policy_version": ..., ...}  (written last)
         config.yaml    the resolved run config
     latest             the name of the newest complete checkpoint (replaced atomically)
@@ -31,12 +31,14 @@ import torch
 
 from swarm_node.backend import Policy
 from swarm_node.config import NodeConfig
+from swarm_node.errors import SwarmNodeError
+from swarm_node.fsutil import fsync_dir, write_atomic
 
 log = logging.getLogger(__name__)
 KEEP = 2  # complete checkpoints kept on disk
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(SwarmNodeError):
     """A checkpoint could not be written or read (disk full, unwritable directory, corrupt files)."""
 
 
@@ -47,23 +49,6 @@ def _fsync_tree(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _discard(root: Path, path: Path) -> None:
@@ -82,7 +67,7 @@ def _remove_leftovers(root: Path) -> None:
 
 
 def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Optimizer, state: dict,
-                    cfg: NodeConfig, generator: torch.Generator | None = None) -> Path:
+                    cfg: NodeConfig) -> Path:
     """Write checkpoint `round-{state['round']:06d}` atomically; returns its directory."""
     root = Path(out) / "checkpoints"
     name = f"round-{state['round']:06d}"
@@ -93,8 +78,7 @@ def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Opti
         tmp.mkdir()
         policy.save(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "generator": generator.get_state() if generator is not None else None}, tmp / "rng.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
         cfg.save(tmp / "config.yaml")
         (tmp / "state.json").write_text(json.dumps(state, indent=1))
         _fsync_tree(tmp)
@@ -102,8 +86,7 @@ def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Opti
         if final.exists():  # re-saving a round (e.g. after a resume): the old copy goes to the trash
             _discard(root, final)
         os.rename(tmp, final)
-        _write_text_atomic(root / "latest", name)
-        _fsync_dir(root)
+        write_atomic(root / "latest", name)
     except Exception as e:  # OSError, torch's RuntimeError, safetensors' SafetensorError: disk full, unwritable...
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"cannot write checkpoint under {root}: {getattr(e, 'strerror', None) or e}") from e
@@ -129,8 +112,7 @@ def latest_checkpoint(out: str | Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer,
-                    generator: torch.Generator | None = None) -> dict:
+def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> dict:
     """Restore optimizer and RNG states from checkpoint `path`; returns its state dict.
 
     The model weights are loaded by the caller (`Policy.load` from `path / "model"`), because a
@@ -144,6 +126,4 @@ def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer,
         raise CheckpointError(f"checkpoint {path} is unreadable: {e}") from None
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
-    if generator is not None and rng.get("generator") is not None:
-        generator.set_state(rng["generator"])
     return state

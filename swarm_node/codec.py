@@ -1,38 +1,39 @@
 """Rollout packet codec: the wire format peers use to share GRPO completions.
 
-A packet is one msgpack map carrying the groups a node generated in one round.
-Completions cost 8 bytes per token on the wire: token ids are one msgpack
-`bin` of little-endian uint32 and generator log-probs one `bin` of
-little-endian float32. Everything else is small header data. The normative
-description is protocol/SPEC.md; this module is its reference implementation.
+A packet is one msgpack map carrying the groups a node generated in one round. Completions cost
+8 bytes per token on the wire: token ids are one msgpack `bin` of little-endian uint32 and
+generator log-probs one `bin` of little-endian float32; everything else is small header data.
+The normative description is protocol/SPEC.md; this module is its reference implementation.
 
     data = encode(packet)              # canonical bytes (validates first)
     packet = decode(data, vocab_size)  # strict; raises only PacketError
-    digest(data)                       # "sha256:<hex>" of the canonical bytes
+    digest(data)                       # "sha256:<hex>": the content address of packet bytes
+    tokenizer_fingerprint(vocab)       # "sha256:<hex>" of the vocabulary (SPEC.md section 5)
 
-Decoding is schema-driven: the reader peeks each msgpack header, checks the
-type and the declared length against the limits, and only then lets
-msgpack.Unpacker materialise the value, so hostile input never makes us
-allocate more than the (already size-checked) packet, and never nests deeper
-than the schema (5 containers). Decoded token/log-prob arrays are read-only
-zero-copy numpy views (np.frombuffer) over the msgpack bin bytes; copy them
-(`np.array(a)`) if you need to write.
+Decoding follows the check order of SPEC.md section 6: each msgpack header is checked (type,
+then declared length against the limits) before its payload is touched, so hostile input never
+makes us allocate anything proportional to a declared length. Decoded token/log-prob arrays are
+read-only zero-copy numpy views into the packet bytes (copy them to write). Canonicity is checked
+by comparing the canonical encoding with the input piece by piece, without building it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import msgpack
 import numpy as np
 
+from swarm_node.errors import SwarmNodeError
+
 PROTOCOL_VERSION = 1
 
-# Limits (SPEC.md "Limits"). Paper-size rounds are 2 prompts x 12 completions x
-# ~200-1000 tokens (~0.2 MB); these leave 30x+ headroom on every axis while the
-# byte cap bounds the product (64*64*8192*8 B would be 256 MiB).
+# Limits (SPEC.md "Limits"): 5x+ headroom over paper-size rounds on every axis; the byte cap
+# bounds their product (64*64*8192*8 B would be 256 MiB).
 MAX_PACKET_BYTES = 16 * 1024 * 1024  # whole encoded packet
 MAX_GROUPS = 64  # groups per packet
 MAX_COMPLETIONS = 64  # completions per group
@@ -40,23 +41,22 @@ MAX_TOKENS = 8192  # tokens per completion
 MAX_PROMPT_TOKENS = 8192  # prompt tokens per group
 MAX_STR_BYTES = 256  # UTF-8 bytes of every string field
 MAX_UINT = 2**53 - 1  # integer fields: 0..2^53-1, exact in every language/JSON
+MAX_TOKEN_ID = 2**32 - 1  # token ids are uint32 on the wire
 
-MODES = ("vertical", "horizontal")
-FINISH_REASONS = ("stop", "length")
+MODES, FINISH_REASONS = ("vertical", "horizontal"), ("stop", "length")
 
-# Every error code decode()/encode() can raise (SPEC.md "Errors").
-ERROR_CODES = (
+ERROR_CODES = (  # every error code decode() / encode() can raise (SPEC.md "Errors")
     "bad_type",  # wrong msgpack/Python type (bool is not int; ext types; bin not a multiple of 4)
     "too_large",  # packet longer than MAX_PACKET_BYTES
-    "bad_msgpack",  # malformed or truncated msgpack, invalid UTF-8 in a str
+    "bad_msgpack",  # malformed or truncated msgpack, invalid UTF-8 in a str value
     "trailing_bytes",  # bytes after the packet map
-    "bad_version",  # first key is not "version", or version != PROTOCOL_VERSION
+    "bad_version",  # empty map, first key not "version", or version not the integer PROTOCOL_VERSION
     "missing_field",  # a required key is absent
     "unknown_field",  # a key the spec does not define (v1 rejects them)
     "duplicate_field",  # a key appears twice in one map
     "limit_exceeded",  # a count or length over its limit
-    "bad_value",  # integer out of range, empty string, non-finite reward
-    "bad_enum",  # mode / finish_reason not one of the allowed strings
+    "bad_value",  # integer out of range, empty free-text string, non-finite reward
+    "bad_enum",  # mode / finish_reason not one of the allowed strings (the empty string included)
     "length_mismatch",  # len(tokens) != len(logprobs)
     "bad_logprob",  # a log-prob that is NaN, infinite or > 0
     "token_out_of_range",  # a token id >= vocab_size
@@ -64,13 +64,17 @@ ERROR_CODES = (
 )
 
 
-class PacketError(ValueError):
-    """The one error type of this module: `code` is one of ERROR_CODES."""
+class PacketError(SwarmNodeError, ValueError):
+    """The one error type of packet decoding/encoding: `code` is one of ERROR_CODES."""
 
     def __init__(self, code: str, message: str):
         assert code in ERROR_CODES, code
         super().__init__(f"{code}: {message}")
         self.code, self.message = code, message
+
+
+class VocabError(SwarmNodeError, ValueError):
+    """A vocabulary that has no tokenizer fingerprint (SPEC.md section 5)."""
 
 
 @dataclass
@@ -103,29 +107,35 @@ class Packet:
     created_at: int = 0  # sender wall clock, unix milliseconds; advisory, 0 = unknown
 
 
-# ----------------------------------------------------------------------------- digests
+# ----------------------------------------------------------------------------- digest, fingerprint
 
 def digest(data: bytes) -> str:
-    """Content address of encoded bytes: "sha256:<64 lowercase hex>"."""
+    """Content address of bytes (a packet, a vocabulary's canonical JSON): "sha256:<64 lowercase hex>"."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def packet_digest(packet: Packet) -> str:
-    return digest(encode(packet))
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 of the canonical JSON of the vocabulary (SPEC.md "Tokenizer fingerprint").
 
-    `tokenizer` is anything with .get_vocab() (HF tokenizers, incl. added tokens)
-    or a {token_string: id} dict. Only the vocabulary counts: chat template, eos
-    and other settings differ across models of one family that can still share
-    rollouts token-for-token.
+    `tokenizer`: anything with .get_vocab() (HF tokenizers, incl. added tokens) or a {token: id}
+    dict. Only the vocabulary counts (models of one family share it). VocabError for a non-str
+    token, a token with a lone surrogate, or an id outside 0..2^32-1.
     """
     vocab = tokenizer if isinstance(tokenizer, dict) else tokenizer.get_vocab()
-    pairs = sorted(((int(i), str(t)) for t, i in vocab.items()), key=lambda p: (p[0], p[1].encode("utf-8", "surrogatepass")))
-    text = json.dumps([[t, i] for i, t in pairs], ensure_ascii=False, separators=(",", ":"))
-    return digest(text.encode("utf-8", "surrogatepass"))
+    pairs = []
+    for token, i in vocab.items():
+        if not isinstance(token, str):
+            raise VocabError(f"token {token!r} is not a string")
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i <= MAX_TOKEN_ID:
+            raise VocabError(f"token {token!r} has id {i!r}: ids must be integers in 0..2^32-1")
+        try:
+            key = token.encode("utf-8")
+        except UnicodeEncodeError:
+            raise VocabError(f"token {token!r} is not valid Unicode (lone surrogate)") from None
+        pairs.append((int(i), key, token))
+    pairs.sort(key=lambda p: (p[0], p[1]))  # by id, ties by UTF-8 bytes
+    text = json.dumps([[t, i] for i, _, t in pairs], ensure_ascii=False, separators=(",", ":"))
+    return digest(text.encode("utf-8"))
 
 
 # ----------------------------------------------------------------------------- encode
@@ -138,7 +148,7 @@ def _as_array(x, dtype: str, what: str) -> np.ndarray:
         raise PacketError("bad_type", f"{what} is not a 1-D array") from None
     if a.ndim != 1 or (a.size and a.dtype.kind not in ("ui" if dtype == "<u4" else "uif")):
         raise PacketError("bad_type", f"{what} must be a 1-D {'integer' if dtype == '<u4' else 'float'} array")
-    if dtype == "<u4" and a.size and a.dtype != np.uint32 and (a.min() < 0 or a.max() > 0xFFFFFFFF):
+    if dtype == "<u4" and a.size and a.dtype != np.uint32 and (a.min() < 0 or a.max() > MAX_TOKEN_ID):
         raise PacketError("bad_value", f"{what} has ids outside uint32")
     with np.errstate(all="ignore"):  # float64 -> float32 overflow becomes -inf and fails validation
         return np.ascontiguousarray(a, dtype=dtype)
@@ -156,6 +166,19 @@ def _norm_int(v, what: str) -> int:
     return int(v)
 
 
+def _norm_completion(c, w: str) -> Completion:
+    if not isinstance(c, Completion):
+        raise PacketError("bad_type", f"{w} must be a Completion")
+    if isinstance(c.reward, (bool, np.bool_)) or not isinstance(c.reward, (int, float, np.integer, np.floating)):
+        raise PacketError("bad_type", f"{w}.reward must be a float")
+    try:
+        reward = float(c.reward)
+    except OverflowError:
+        raise PacketError("bad_value", f"{w}.reward does not fit a float64") from None
+    return Completion(_as_array(c.tokens, "<u4", w + ".tokens"), _as_array(c.logprobs, "<f4", w + ".logprobs"),
+                      _norm_str(c.finish_reason, w + ".finish_reason"), reward)
+
+
 def _normalize(p: Packet) -> Packet:
     """Type-check a Packet built in memory and coerce arrays/scalars to wire types (a shallow copy)."""
     if not isinstance(p, Packet):
@@ -164,64 +187,74 @@ def _normalize(p: Packet) -> Packet:
         raise PacketError("bad_type", "groups must be a list")
     groups = []
     for gi, g in enumerate(p.groups):
+        w = f"groups[{gi}]"
         if not isinstance(g, Group) or not isinstance(g.completions, (list, tuple)):
-            raise PacketError("bad_type", f"groups[{gi}] must be a Group with a list of completions")
-        comps = []
-        for ci, c in enumerate(g.completions):
-            w = f"groups[{gi}].completions[{ci}]"
-            if not isinstance(c, Completion):
-                raise PacketError("bad_type", f"{w} must be a Completion")
-            if isinstance(c.reward, (bool, np.bool_)) or not isinstance(c.reward, (int, float, np.integer, np.floating)):
-                raise PacketError("bad_type", f"{w}.reward must be a float")
-            try:
-                reward = float(c.reward)
-            except OverflowError:
-                raise PacketError("bad_value", f"{w}.reward does not fit a float64") from None
-            comps.append(Completion(_as_array(c.tokens, "<u4", w + ".tokens"), _as_array(c.logprobs, "<f4", w + ".logprobs"),
-                                    _norm_str(c.finish_reason, w + ".finish_reason"), reward))
-        groups.append(Group(_norm_str(g.task, f"groups[{gi}].task"), _norm_str(g.example_id, f"groups[{gi}].example_id"),
-                            _as_array(g.prompt_tokens, "<u4", f"groups[{gi}].prompt_tokens"), comps))
+            raise PacketError("bad_type", f"{w} must be a Group with a list of completions")
+        comps = [_norm_completion(c, f"{w}.completions[{ci}]") for ci, c in enumerate(g.completions)]
+        groups.append(Group(_norm_str(g.task, w + ".task"), _norm_str(g.example_id, w + ".example_id"),
+                            _as_array(g.prompt_tokens, "<u4", w + ".prompt_tokens"), comps))
     s, i = _norm_str, _norm_int
     return Packet(s(p.run_id, "run_id"), s(p.sender, "sender"), s(p.model_id, "model_id"), s(p.tokenizer, "tokenizer"),
                   i(p.policy_version, "policy_version"), i(p.round, "round"), s(p.mode, "mode"), groups,
                   i(p.version, "version"), i(p.created_at, "created_at"))
 
 
-def _pack(p: Packet) -> bytes:
-    """Canonical bytes of a normalized packet: keys in SPEC order, smallest int/str/bin/map/array forms, float64 reward."""
-    return msgpack.packb({
-        "version": p.version, "run_id": p.run_id, "sender": p.sender, "model_id": p.model_id,
-        "tokenizer": p.tokenizer, "policy_version": p.policy_version, "round": p.round, "mode": p.mode,
-        "created_at": p.created_at,
-        "groups": [{
-            "task": g.task, "example_id": g.example_id, "prompt_tokens": g.prompt_tokens.astype("<u4", copy=False).tobytes(),
-            "completions": [{
-                "tokens": c.tokens.astype("<u4", copy=False).tobytes(), "logprobs": c.logprobs.astype("<f4", copy=False).tobytes(),
-                "finish_reason": c.finish_reason, "reward": float(c.reward),
-            } for c in g.completions],
-        } for g in p.groups],
-    }, use_bin_type=True)
+_KEY = {k: msgpack.packb(k) for k in ("version", "run_id", "sender", "model_id", "tokenizer", "policy_version", "round",
+                                      "mode", "created_at", "groups", "task", "example_id", "prompt_tokens",
+                                      "completions", "tokens", "logprobs", "finish_reason", "reward")}
+
+
+def _bin(a: np.ndarray, dtype: str) -> Iterator:
+    """Smallest bin header, then the array's little-endian bytes (a view, not a copy)."""
+    body = np.ascontiguousarray(a, dtype=dtype).view(np.uint8)  # [4 * len(a)]
+    n = body.nbytes
+    yield b"\xc4" + n.to_bytes(1, "big") if n < 256 else b"\xc5" + n.to_bytes(2, "big") if n < 65536 else b"\xc6" + n.to_bytes(4, "big")
+    yield memoryview(body)
+
+
+def _pieces(p: Packet) -> Iterator:
+    """Canonical bytes of a valid packet in pieces (SPEC.md section 2); encode() joins them, decode() compares."""
+    packer = msgpack.Packer(use_bin_type=True)
+    pack, array_header = packer.pack, packer.pack_array_header
+    yield b"\x8a"  # fixmap, 10 entries
+    for key in ("version", "run_id", "sender", "model_id", "tokenizer", "policy_version", "round", "mode", "created_at"):
+        yield _KEY[key]
+        yield pack(getattr(p, key))
+    yield _KEY["groups"] + array_header(len(p.groups))
+    for g in p.groups:
+        yield b"\x84" + _KEY["task"] + pack(g.task) + _KEY["example_id"] + pack(g.example_id) + _KEY["prompt_tokens"]
+        yield from _bin(g.prompt_tokens, "<u4")
+        yield _KEY["completions"] + array_header(len(g.completions))
+        for c in g.completions:
+            yield b"\x84" + _KEY["tokens"]
+            yield from _bin(c.tokens, "<u4")
+            yield _KEY["logprobs"]
+            yield from _bin(c.logprobs, "<f4")
+            yield _KEY["finish_reason"] + pack(c.finish_reason) + _KEY["reward"] + b"\xcb" + struct.pack(">d", c.reward)
 
 
 def encode(packet: Packet) -> bytes:
     """Validate `packet` (same rules as decode, minus vocab) and return its canonical msgpack bytes."""
     p = _normalize(packet)
     validate(p)
-    data = _pack(p)
-    if len(data) > MAX_PACKET_BYTES:
-        raise PacketError("too_large", f"encoded packet is {len(data)} bytes > {MAX_PACKET_BYTES}")
-    return data
+    pieces = list(_pieces(p))
+    size = sum(len(x) for x in pieces)
+    if size > MAX_PACKET_BYTES:
+        raise PacketError("too_large", f"encoded packet is {size} bytes > {MAX_PACKET_BYTES}")
+    return b"".join(pieces)
 
 
 # ----------------------------------------------------------------------------- validate
 
-def _check_str(s: str, what: str) -> None:
+def _check_str(s: str, what: str, enum: tuple[str, ...] | None = None) -> None:
     try:
         n = len(s) if len(s) > MAX_STR_BYTES else len(s.encode("utf-8"))
     except UnicodeEncodeError:
         raise PacketError("bad_value", f"{what} is not valid Unicode (lone surrogate)") from None
     if n > MAX_STR_BYTES:
         raise PacketError("limit_exceeded", f"{what} is longer than {MAX_STR_BYTES} UTF-8 bytes")
+    if enum is not None and s not in enum:
+        raise PacketError("bad_enum", f"{what} {s!r} not in {enum}")
     if not s:
         raise PacketError("bad_value", f"{what} must not be empty")
 
@@ -238,16 +271,27 @@ def _check_tokens(a: np.ndarray, limit: int, vocab_size: int | None, what: str) 
         raise PacketError("token_out_of_range", f"{what} has token id {int(a.max())} >= vocab_size {vocab_size}")
 
 
+def _check_completion(c: Completion, vocab_size: int | None, w: str) -> None:
+    _check_tokens(c.tokens, MAX_TOKENS, vocab_size, w + ".tokens")
+    if len(c.logprobs) != len(c.tokens):
+        raise PacketError("length_mismatch", f"{w}: {len(c.tokens)} tokens but {len(c.logprobs)} logprobs")
+    if len(c.logprobs) and not np.all((c.logprobs <= 0) & (c.logprobs > -np.inf)):
+        raise PacketError("bad_logprob", f"{w}.logprobs must be finite and <= 0")
+    _check_str(c.finish_reason, w + ".finish_reason", FINISH_REASONS)
+    if not math.isfinite(c.reward):
+        raise PacketError("bad_value", f"{w}.reward must be finite")
+
+
 def validate(p: Packet, vocab_size: int | None = None) -> None:
-    """Semantic rules on a well-typed packet (limits, ranges, enums, log-probs, vocab); raises PacketError."""
+    """Semantic rules on a well-typed packet, field by field in wire order (SPEC.md section 6, step 4)."""
     if p.version != PROTOCOL_VERSION:
         raise PacketError("bad_version", f"version {p.version} is not {PROTOCOL_VERSION}")
     for name in ("run_id", "sender", "model_id", "tokenizer"):
         _check_str(getattr(p, name), name)
-    for name in ("policy_version", "round", "created_at"):
-        _check_uint(getattr(p, name), name)
-    if p.mode not in MODES:
-        raise PacketError("bad_enum", f"mode {p.mode!r} not in {MODES}")
+    _check_uint(p.policy_version, "policy_version")
+    _check_uint(p.round, "round")
+    _check_str(p.mode, "mode", MODES)
+    _check_uint(p.created_at, "created_at")
     if len(p.groups) > MAX_GROUPS:
         raise PacketError("limit_exceeded", f"{len(p.groups)} groups > {MAX_GROUPS}")
     for gi, g in enumerate(p.groups):
@@ -258,105 +302,114 @@ def validate(p: Packet, vocab_size: int | None = None) -> None:
         if len(g.completions) > MAX_COMPLETIONS:
             raise PacketError("limit_exceeded", f"{w} has {len(g.completions)} completions > {MAX_COMPLETIONS}")
         for ci, c in enumerate(g.completions):
-            wc = f"{w}.completions[{ci}]"
-            _check_tokens(c.tokens, MAX_TOKENS, vocab_size, wc + ".tokens")
-            if len(c.logprobs) != len(c.tokens):
-                raise PacketError("length_mismatch", f"{wc}: {len(c.tokens)} tokens but {len(c.logprobs)} logprobs")
-            if len(c.logprobs) and not np.all((c.logprobs <= 0) & (c.logprobs > -np.inf)):
-                raise PacketError("bad_logprob", f"{wc}.logprobs must be finite and <= 0")
-            if c.finish_reason not in FINISH_REASONS:
-                raise PacketError("bad_enum", f"{wc}.finish_reason {c.finish_reason!r} not in {FINISH_REASONS}")
-            if not math.isfinite(c.reward):
-                raise PacketError("bad_value", f"{wc}.reward must be finite")
+            _check_completion(c, vocab_size, f"{w}.completions[{ci}]")
 
 
 # ----------------------------------------------------------------------------- decode
 
-_INT_FMT = set(range(0x00, 0x80)) | set(range(0xE0, 0x100)) | set(range(0xCC, 0xD4))
-_FLOAT_FMT = {0xCA, 0xCB}
-# format byte -> (kind, header size, bytes of the big-endian length field; 0 = length in the low bits)
-_SIZED_FMT = {0xD9: ("str", 2, 1), 0xDA: ("str", 3, 2), 0xDB: ("str", 5, 4),
-              0xC4: ("bin", 2, 1), 0xC5: ("bin", 3, 2), 0xC6: ("bin", 5, 4),
-              0xDC: ("array", 3, 2), 0xDD: ("array", 5, 4), 0xDE: ("map", 3, 2), 0xDF: ("map", 5, 4)}
-for _b in range(0xA0, 0xC0):
-    _SIZED_FMT[_b] = ("str", 1, 0)
-for _b in range(0x90, 0xA0):
-    _SIZED_FMT[_b] = ("array", 1, 0)
-for _b in range(0x80, 0x90):
-    _SIZED_FMT[_b] = ("map", 1, 0)
+_FAMILY = ["int"] * 0x80 + ["map"] * 16 + ["array"] * 16 + ["str"] * 32 + [
+    "nil", "never-used", "bool", "bool", "bin", "bin", "bin", "ext", "ext", "ext", "float", "float",
+    "int", "int", "int", "int", "int", "int", "int", "int", "ext", "ext", "ext", "ext", "ext",
+    "str", "str", "str", "array", "array", "map", "map"] + ["int"] * 32  # indexed by the format byte
+_LENGTH_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4, 0xDC: 2, 0xDD: 4, 0xDE: 2, 0xDF: 4}
 _FIX_MASK = {"str": 0x1F, "array": 0x0F, "map": 0x0F}
-_TYPE_NAMES = {"str": "str", "bin": "bin", "array": "array", "map": "map", "int": "integer", "float": "float"}
+_INT_WIDTH = {0xCC: (1, False), 0xCD: (2, False), 0xCE: (4, False), 0xCF: (8, False),
+              0xD0: (1, True), 0xD1: (2, True), 0xD2: (4, True), 0xD3: (8, True)}
 
 
 class _Reader:
-    """Schema-driven pull reader: peek a header, check type and length, then unpack exactly that value."""
+    """Pull reader: each value's header is checked (type, then length limit) before its payload (SPEC.md 6)."""
 
     def __init__(self, data: bytes):
-        self.data = data
-        self.up = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1), max_str_len=MAX_STR_BYTES,
-                                   max_bin_len=4 * max(MAX_TOKENS, MAX_PROMPT_TOKENS), max_array_len=max(MAX_GROUPS, MAX_COMPLETIONS),
-                                   max_map_len=16, max_ext_len=0)
-        self.up.feed(data)
+        self.data, self.pos = data, 0
 
-    def _peek(self, kind: str, what: str) -> int:
-        """Check the next value is of `kind`; for sized kinds return the declared length, else the format byte."""
-        pos = self.up.tell()
-        if pos >= len(self.data):
+    def format(self, what: str) -> int:
+        if self.pos >= len(self.data):
             raise PacketError("bad_msgpack", f"truncated before {what}")
-        fmt = self.data[pos]
+        fmt = self.data[self.pos]
         if fmt == 0xC1:
             raise PacketError("bad_msgpack", f"format byte 0xc1 (never used) at {what}")
-        if kind == "int" and fmt in _INT_FMT or kind == "float" and fmt in _FLOAT_FMT:
-            return fmt
-        got = _SIZED_FMT.get(fmt)
-        if got is None or got[0] != kind:
-            raise PacketError("bad_type", f"{what} must be a msgpack {_TYPE_NAMES[kind]} (format byte 0x{fmt:02x})")
-        _, hdr, nlen = got
-        if nlen == 0:
-            return fmt & _FIX_MASK[kind]
-        if pos + hdr > len(self.data):
-            raise PacketError("bad_msgpack", f"truncated header of {what}")
-        return int.from_bytes(self.data[pos + 1:pos + hdr], "big")
+        return fmt
 
-    def array_header(self, what: str, limit: int) -> int:
-        if self._peek("array", what) > limit:
-            raise PacketError("limit_exceeded", f"{what} has more than {limit} entries")
-        return self.up.read_array_header()
+    def take(self, n: int, what: str) -> int:
+        """Step over `n` bytes and return where they start; bad_msgpack if the data ends first."""
+        start = self.pos
+        if start + n > len(self.data):
+            raise PacketError("bad_msgpack", f"truncated {what}")
+        self.pos = start + n
+        return start
 
-    def map_header(self, what: str) -> int:
-        self._peek("map", what)  # no limit needed: fields() fails by the (len(schema)+1)-th key
-        return self.up.read_map_header()
+    def expect(self, kind: str, what: str) -> int:
+        fmt = self.format(what)
+        if _FAMILY[fmt] != kind:
+            raise PacketError("bad_type", f"{what} must be a msgpack {kind}, got {_FAMILY[fmt]} (format byte 0x{fmt:02x})")
+        return fmt
 
-    def str(self, what: str, limit: int = MAX_STR_BYTES) -> str:
-        if self._peek("str", what) > limit:
-            raise PacketError("limit_exceeded", f"{what} is longer than {limit} bytes")
-        return self.up.unpack()
+    def length(self, kind: str, what: str) -> int:
+        """Step over the header of a str/bin/array/map value and return its declared length."""
+        fmt = self.expect(kind, what)
+        nlen = _LENGTH_BYTES.get(fmt, 0)
+        start = self.take(1 + nlen, f"header of {what}")
+        return fmt & _FIX_MASK[kind] if nlen == 0 else int.from_bytes(self.data[start + 1:start + 1 + nlen], "big")
+
+    def int_value(self, fmt: int, what: str) -> int:
+        if fmt < 0x80 or fmt >= 0xE0:
+            self.pos += 1
+            return fmt if fmt < 0x80 else fmt - 0x100
+        n, signed = _INT_WIDTH[fmt]
+        start = self.take(1 + n, what)
+        return int.from_bytes(self.data[start + 1:start + 1 + n], "big", signed=signed)
 
     def uint(self, what: str) -> int:
-        self._peek("int", what)
-        v = self.up.unpack()
+        v = self.int_value(self.expect("int", what), what)
         _check_uint(v, what)
         return v
 
     def float(self, what: str) -> float:
-        self._peek("float", what)
-        return self.up.unpack()
+        n = 4 if self.expect("float", what) == 0xCA else 8
+        start = self.take(1 + n, what)
+        return struct.unpack(">f" if n == 4 else ">d", self.data[start + 1:start + 1 + n])[0]
 
-    def array(self, dtype: str, what: str, limit: int) -> np.ndarray:
-        n = self._peek("bin", what)
+    def str(self, what: str) -> str:
+        n = self.length("str", what)
+        if n > MAX_STR_BYTES:
+            raise PacketError("limit_exceeded", f"{what} is longer than {MAX_STR_BYTES} bytes")
+        start = self.take(n, what)
+        try:
+            return self.data[start:start + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise PacketError("bad_msgpack", f"{what} is not valid UTF-8") from None
+
+    def key(self, what: str) -> str:
+        """A map key: a str whose bytes either spell a table key or make it unknown (never bad UTF-8)."""
+        if 0xA0 <= self.format(f"a key of {what}") <= 0xBF:  # fixstr (fast path: every table key)
+            n = self.data[self.pos] & 0x1F
+            start = self.take(1 + n, f"a key of {what}") + 1
+        else:
+            n = self.length("str", f"a key of {what}")
+            start = self.take(n, f"a key of {what}")
+        return self.data[start:start + min(n, 40)].decode("utf-8", "replace")  # table keys are <= 14 ASCII bytes
+
+    def array_header(self, what: str, limit: int) -> int:
+        n = self.length("array", what)
+        if n > limit:
+            raise PacketError("limit_exceeded", f"{what} has {n} entries > {limit}")
+        return n
+
+    def bin_array(self, dtype: str, what: str, limit: int) -> np.ndarray:
+        n = self.length("bin", what)
+        if n > 4 * limit:
+            raise PacketError("limit_exceeded", f"{what} bin of {n} bytes > {4 * limit} ({limit} values)")
         if n % 4:
             raise PacketError("bad_type", f"{what} bin length {n} is not a multiple of 4")
-        if n // 4 > limit:
-            raise PacketError("limit_exceeded", f"{what} has {n // 4} elements > {limit}")
-        return np.frombuffer(self.up.unpack(), dtype=dtype)
+        start = self.take(n, what)
+        return np.frombuffer(self.data, dtype=dtype, count=n // 4, offset=start)
 
-    def fields(self, what: str, schema: dict, n: int | None = None) -> dict:
-        """Read a map (or its remaining `n` entries) whose keys must be exactly those of `schema` (key -> reader)."""
-        if n is None:
-            n = self.map_header(what)
-        out = {}
+    def fields(self, what: str, schema: dict, n: int, seen: tuple[str, ...] = ()) -> dict:
+        """The `n` entries of a map whose keys must be those of `schema` (key -> reader), each once."""
+        out = dict.fromkeys(seen)
         for _ in range(n):
-            key = self.str(f"a key of {what}", 32) if self._peek("str", f"a key of {what}") <= 32 else None
+            key = self.key(what)
             if key not in schema:
                 raise PacketError("unknown_field", f"{what} has unknown key {key!r}")
             if key in out:
@@ -369,42 +422,62 @@ class _Reader:
 
 
 def _read_completion(r: _Reader, what: str) -> Completion:
-    f = r.fields(what, {"tokens": lambda w: r.array("<u4", w, MAX_TOKENS), "logprobs": lambda w: r.array("<f4", w, MAX_TOKENS),
-                        "finish_reason": r.str, "reward": r.float})
+    f = r.fields(what, {"tokens": lambda w: r.bin_array("<u4", w, MAX_TOKENS),
+                        "logprobs": lambda w: r.bin_array("<f4", w, MAX_TOKENS),
+                        "finish_reason": r.str, "reward": r.float}, r.length("map", what))
     return Completion(f["tokens"], f["logprobs"], f["finish_reason"], f["reward"])
 
 
 def _read_group(r: _Reader, what: str) -> Group:
     def completions(w):
         return [_read_completion(r, f"{w}[{i}]") for i in range(r.array_header(w, MAX_COMPLETIONS))]
-    f = r.fields(what, {"task": r.str, "example_id": r.str,
-                        "prompt_tokens": lambda w: r.array("<u4", w, MAX_PROMPT_TOKENS), "completions": completions})
+    f = r.fields(what, {"task": r.str, "example_id": r.str, "prompt_tokens": lambda w: r.bin_array("<u4", w, MAX_PROMPT_TOKENS),
+                        "completions": completions}, r.length("map", what))
     return Group(f["task"], f["example_id"], f["prompt_tokens"], f["completions"])
 
 
-def _read_packet(r: _Reader) -> Packet:
-    n = r.map_header("packet")
-    if n == 0 or r._peek("str", "the first key") > 32 or r.str("the first key", 32) != "version":
-        raise PacketError("bad_version", "the first key of a packet must be 'version'")
-    r._peek("int", "version")
-    version = r.up.unpack()
+def _read_version(r: _Reader) -> int:
+    """Version gate (SPEC.md section 7): the first entry must be "version": 1, else bad_version; the map size."""
+    n = r.length("map", "packet")
+    if n == 0:
+        raise PacketError("bad_version", "the packet is an empty map; its first key must be 'version'")
+    if _FAMILY[r.format("the first key")] != "str" or r.key("packet") != "version":
+        raise PacketError("bad_version", "the first key of a packet must be the string 'version'")
+    kind = _FAMILY[r.format("version")]
+    if kind != "int":
+        raise PacketError("bad_version", f"version must be the integer {PROTOCOL_VERSION}, got a msgpack {kind}")
+    version = r.int_value(r.format("version"), "version")
     if version != PROTOCOL_VERSION:
         raise PacketError("bad_version", f"version {version} is not supported (this node speaks {PROTOCOL_VERSION})")
+    return n
+
+
+def _read_packet(r: _Reader) -> Packet:
+    n = _read_version(r)
 
     def groups(w):
         return [_read_group(r, f"groups[{i}]") for i in range(r.array_header(w, MAX_GROUPS))]
-    f = r.fields("packet", {"run_id": r.str, "sender": r.str, "model_id": r.str, "tokenizer": r.str,
+    f = r.fields("packet", {"version": None, "run_id": r.str, "sender": r.str, "model_id": r.str, "tokenizer": r.str,
                             "policy_version": r.uint, "round": r.uint, "mode": r.str, "created_at": r.uint,
-                            "groups": groups}, n - 1)
+                            "groups": groups}, n - 1, seen=("version",))
     return Packet(f["run_id"], f["sender"], f["model_id"], f["tokenizer"], f["policy_version"], f["round"],
-                  f["mode"], f["groups"], version, f["created_at"])
+                  f["mode"], f["groups"], PROTOCOL_VERSION, f["created_at"])
+
+
+def _is_canonical(p: Packet, data: bytes) -> bool:
+    """Whether `data` is exactly the canonical encoding of `p`, without building that encoding."""
+    view, pos = memoryview(data), 0
+    for piece in _pieces(p):
+        if view[pos:pos + len(piece)] != piece:
+            return False
+        pos += len(piece)
+    return pos == len(data)
 
 
 def decode(data: bytes, vocab_size: int | None = None) -> Packet:
-    """Parse and fully validate a packet. Raises PacketError (and nothing else) for any bad input.
+    """Parse and fully validate a packet; PacketError (and nothing else) for any bad input.
 
-    vocab_size: when given, every completion and prompt token id must be < vocab_size.
-    Arrays in the result are read-only views over the packet's bin bytes.
+    vocab_size: when given, every token id must be < vocab_size. Arrays are read-only views into `data`.
     """
     if vocab_size is not None:
         if isinstance(vocab_size, (bool, np.bool_)) or not isinstance(vocab_size, (int, np.integer)) or vocab_size <= 0:
@@ -412,32 +485,15 @@ def decode(data: bytes, vocab_size: int | None = None) -> Packet:
         vocab_size = int(vocab_size)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise PacketError("bad_type", f"packet data must be bytes, got {type(data).__name__}")
-    if len(data) > MAX_PACKET_BYTES or (isinstance(data, memoryview) and data.nbytes > MAX_PACKET_BYTES):
-        raise PacketError("too_large", f"packet is {len(data)} bytes > {MAX_PACKET_BYTES}")
-    data = bytes(data)
+    size = data.nbytes if isinstance(data, memoryview) else len(data)
+    if size > MAX_PACKET_BYTES:
+        raise PacketError("too_large", f"packet is {size} bytes > {MAX_PACKET_BYTES}")
+    data = bytes(data)  # no copy for bytes
     r = _Reader(data)
-    try:
-        packet = _read_packet(r)
-    except msgpack.OutOfData:
-        raise PacketError("bad_msgpack", "truncated msgpack") from None
-    except (ValueError, UnicodeDecodeError, msgpack.UnpackException, OverflowError) as e:
-        if isinstance(e, PacketError):
-            raise
-        raise PacketError("bad_msgpack", f"malformed msgpack: {e}") from None
-    if r.up.tell() != len(data):
-        raise PacketError("trailing_bytes", f"{len(data) - r.up.tell()} bytes after the packet")
+    packet = _read_packet(r)
+    if r.pos != len(data):
+        raise PacketError("trailing_bytes", f"{len(data) - r.pos} bytes after the packet")
     validate(packet, vocab_size)
-    if _pack(packet) != data:
+    if not _is_canonical(packet, data):
         raise PacketError("not_canonical", "packet is valid but not canonically encoded (key order, smallest int/length forms, float64 reward)")
     return packet
-
-
-# JSON form (SPEC.md "JSON form") lives in its own module; re-exported here for convenience.
-def packet_to_json(packet: Packet) -> dict:
-    from swarm_node.packet_json import packet_to_json as f
-    return f(packet)
-
-
-def packet_from_json(obj) -> Packet:
-    from swarm_node.packet_json import packet_from_json as f
-    return f(obj)

@@ -9,7 +9,11 @@ run's metrics and inside every checkpoint (`NodeConfig.to_dict()` / `save()`).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
+import textwrap
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from swarm_node.loss import LossConfig
+from swarm_node.errors import SwarmNodeError
 
 
-class ConfigError(ValueError):
+class ConfigError(SwarmNodeError):
     """A user-caused configuration problem (bad key, bad value, unreadable file)."""
 
 
@@ -29,10 +33,61 @@ def _check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+# the F-TIS family (swarm_node/loss.py): variant -> (base, filtered)
+VARIANTS = {
+    "nois": ("nois", False), "grpo": ("nois", False), "vis": ("vis", False), "tis": ("tis", False),
+    "f-nois": ("nois", True), "f-vis": ("vis", True), "f-tis": ("tis", True),
+}
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_REDUCES = ("sum", "mean")
+
+
+@dataclass
+class LossConfig:
+    """Which F-TIS family member to use and its hyper-parameters."""
+
+    variant: str = "f-tis"
+    """Loss variant: f-tis | tis | f-vis | vis | f-nois | nois | grpo (= nois)."""
+    C: float = 2.0
+    """TIS truncation cap on pi_theta/pi_gen; any C > 0 (C < 1 also down-weights on-policy tokens)."""
+    g: float = 50.0
+    """Filter threshold: a sequence with A_i <= 0 and divergence D_i >= g loses its advantage (inf = never)."""
+    eps: float = 0.2
+    """PPO clip range: clip(R, 1 - eps, 1 + eps); 0 < eps < 1."""
+    kl_estimator: str = "k3"
+    """Per-token divergence estimator of the filter: k1 | k2 | k3."""
+    kl_reduce: str = "sum"
+    """How per-token divergences combine over a completion: sum | mean."""
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"unknown variant {self.variant!r}; valid: {sorted(VARIANTS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"unknown kl_estimator {self.kl_estimator!r}; valid: {list(KL_ESTIMATORS)}")
+        if self.kl_reduce not in KL_REDUCES:
+            raise ValueError(f"unknown kl_reduce {self.kl_reduce!r}; valid: {list(KL_REDUCES)}")
+        if not self.C > 0:
+            raise ValueError(f"C must be > 0, got {self.C!r}")
+        if not self.g > 0:
+            raise ValueError(f"g must be > 0, got {self.g!r}")
+        if not 0 < self.eps < 1:
+            raise ValueError(f"eps must satisfy 0 < eps < 1, got {self.eps!r}")
+
+    @property
+    def base(self) -> str:
+        """The unfiltered base variant: 'nois', 'vis' or 'tis'."""
+        return VARIANTS[self.variant][0]
+
+    @property
+    def filtered(self) -> bool:
+        """True for the f-* variants (divergence filter on non-positive advantages)."""
+        return VARIANTS[self.variant][1]
+
+
 @dataclass
 class ModelConfig:
     name: str = "tiny-s"
-    """Hub id (e.g. Qwen/Qwen2.5-3B), local path, or a built-in preset: tiny-s | tiny-m | tiny-l."""
+    """Hub id (Qwen/Qwen2.5-3B, or short: Qwen2.5-3B), local path, or a preset: tiny-s | tiny-m | tiny-l | tiny-v."""
     lora_r: int = 0
     """LoRA rank; 0 trains every parameter (the paper uses r=128 on q_proj,v_proj)."""
     lora_alpha: int = 0
@@ -40,11 +95,15 @@ class ModelConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
     """Module names LoRA adapts."""
     dtype: str = "auto"
-    """float32 | bfloat16 | float16 | auto (bfloat16 on CUDA, float32 on CPU)."""
+    """Compute dtype: float32 | bfloat16 | float16 | auto (bfloat16 on CUDA, float32 on CPU); trained weights stay float32."""
     device: str = "auto"
     """cpu | cuda | cuda:N | auto (cuda if available)."""
     init_seed: int = 0
     """Seed for the random init of built-in presets (real checkpoints ignore it)."""
+    chat_template: str = "auto"
+    """Prompt with the tokenizer's chat template: auto (instruct models) | on | off (plain prompt)."""
+    system_prompt: str | None = None
+    """System message for chat-templated prompts (prepended as a paragraph to plain ones)."""
 
     def __post_init__(self):
         _check(bool(self.name), "model.name must not be empty")
@@ -52,18 +111,21 @@ class ModelConfig:
         _check(self.lora_alpha >= 0, f"model.lora_alpha must be >= 0, got {self.lora_alpha}")
         _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), f"model.dtype: unknown {self.dtype!r}")
         _check(self.lora_r == 0 or len(self.lora_targets) > 0, "model.lora_targets must name at least one module")
+        _check(self.chat_template in ("auto", "on", "off"), f"model.chat_template must be auto|on|off, got {self.chat_template!r}")
 
 
 @dataclass
 class TaskConfig:
     name: str = "arith"
-    """Training task: arith (built-in, no files) | gsm8k."""
+    """Training task: arith (built-in, no files) | gsm8k | math500."""
     data: str | None = None
     """Local directory/JSONL file or hub id for the task's data; None = the task's default."""
     eval_task: str | None = None
     """Held-out evaluation task; None = the training task's test split."""
-    eval_limit: int = 200
-    """Number of held-out examples for greedy pass@1 (0 = the whole split)."""
+    eval_data: str | None = None
+    """Data location for eval_task (None = that task's default)."""
+    eval_limit: int | None = None
+    """Held-out examples for greedy pass@1 (0 = the whole split; None = the task's default: 200, math500 500)."""
     ood_task: str | None = None
     """Out-of-distribution task evaluated once at the end (e.g. math500); None = skip."""
     ood_data: str | None = None
@@ -73,7 +135,7 @@ class TaskConfig:
 
     def __post_init__(self):
         _check(bool(self.name), "task.name must not be empty")
-        _check(self.eval_limit >= 0, "task.eval_limit must be >= 0")
+        _check(self.eval_limit is None or self.eval_limit >= 0, "task.eval_limit must be >= 0")
 
 
 @dataclass
@@ -82,15 +144,15 @@ class RolloutConfig:
     """Completions per prompt (G); the paper uses 12."""
     prompts_per_round: int = 2
     """Prompts a node answers per round; 2 x 12 = the paper's batch of 24."""
-    max_new_tokens: int = 256
-    """Longest completion; longer ones are cut and marked finish_reason=length."""
+    max_new_tokens: int | None = None
+    """Longest completion, cut and marked finish_reason=length (None = the task's: arith digits+10, gsm8k 256)."""
     temperature: float = 1.0
     """Sampling temperature; training log-probs use the same temperature so ratios compare like with like."""
 
     def __post_init__(self):
         _check(self.group_size >= 2, f"rollout.group_size must be >= 2 (advantages need a group), got {self.group_size}")
         _check(self.prompts_per_round >= 1, "rollout.prompts_per_round must be >= 1")
-        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
+        _check(self.max_new_tokens is None or self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
         _check(self.temperature > 0, "rollout.temperature must be > 0 (greedy is for evaluation only)")
 
 
@@ -98,8 +160,8 @@ class RolloutConfig:
 class TrainConfig:
     rounds: int = 50
     """Number of rounds (generate -> exchange -> train); the paper runs 50 iterations."""
-    lr: float = 1e-6
-    """AdamW learning rate."""
+    lr: float | None = None
+    """AdamW learning rate (None = 2e-5 for the tiny presets, 1e-6, the paper's, for real models)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
@@ -114,8 +176,8 @@ class TrainConfig:
     """Write a checkpoint every this many rounds (and after the last); 0 = only at the end."""
     seed: int = 0
     """Seed for prompt sampling and generation."""
-    warmstart_steps: int = 0
-    """Supervised steps on reference completions before RL (gives a tiny random model some reward signal)."""
+    warmstart_steps: int | None = None
+    """Supervised steps on reference completions before RL (None = 600 for tiny presets, 0 for real models)."""
     warmstart_lr: float = 1e-3
     """Learning rate of the supervised warm start."""
     warmstart_batch: int = 64
@@ -123,19 +185,17 @@ class TrainConfig:
 
     def __post_init__(self):
         _check(self.rounds >= 0, "train.rounds must be >= 0")
-        _check(self.lr > 0, "train.lr must be > 0")
+        _check(self.lr is None or self.lr > 0, "train.lr must be > 0")
         _check(self.micro_batch >= 1, "train.micro_batch must be >= 1")
         _check(self.logprob_chunk >= 1, "train.logprob_chunk must be >= 1")
         _check(self.eval_every >= 0 and self.checkpoint_every >= 0, "train.eval_every/checkpoint_every must be >= 0")
-        _check(self.warmstart_steps >= 0, "train.warmstart_steps must be >= 0")
+        _check(self.warmstart_steps is None or self.warmstart_steps >= 0, "train.warmstart_steps must be >= 0")
 
 
 @dataclass
 class SwarmConfig:
-    enabled: bool = False
-    """Join a swarm (set by `swarm-node join`); False trains alone with no network."""
     peers: list[str] = field(default_factory=list)
-    """Multiaddrs of peers to bootstrap from; empty starts a new swarm."""
+    """Multiaddrs of peers to bootstrap from (any one answering is enough); empty starts a new swarm."""
     identity: str | None = None
     """libp2p private key file: created on first use, reused so the peer id survives restarts."""
     host_maddrs: list[str] = field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"])
@@ -147,17 +207,39 @@ class SwarmConfig:
     mode: str = "vertical"
     """vertical: each node answers its own prompts (paper default) | horizontal: all answer the same prompts."""
     min_peers: int = 1
-    """Stop collecting a round's peer packets once this many arrived (or the deadline passed)."""
+    """Stop collecting a round's peer packets once this many peers' packets were accepted (or the deadline passed)."""
     deadline_s: float = 30.0
     """Longest wait for peer packets after generating a round."""
     staleness: int = 2
     """Accept peer packets from rounds r - staleness .. r + staleness; older ones are ignored and counted."""
     max_peer_groups: int = 24
-    """Cap on peer groups used per training step, shared fairly across peers."""
+    """Hard cap on peer groups used per training step."""
+    peer_groups_per_own: float = 1.0
+    """Peer groups trained on per own group in a step (1.0 = the paper's batch: 1 own + 1 peer group per node)."""
+    max_peer_share: float = 0.5
+    """One peer's groups fill at most this share of a step's peer slots (rounded up), so one liar is diluted."""
+    trusted_peers: list[str] = field(default_factory=list)
+    """If non-empty, train only on packets from these peer ids (private swarms); others are rejected."""
     fetch_timeout_s: float = 10.0
     """A stalled peer costs at most this per packet fetch."""
     linger_s: float = 5.0
     """After the last round, keep serving our packets this long so peers can fetch them."""
+    record_ttl_s: float = 60.0
+    """Lifetime of our discovery record; it is republished every record_ttl_s / 3."""
+    max_packet_bytes: int = 16 * 2**20
+    """Largest packet fetched from a peer (offers declaring more are never fetched)."""
+    max_offers: int = 4
+    """Packets we serve at once (the newest ones)."""
+    max_peer_packets: int = 4
+    """Packets fetched from one peer per round at most."""
+    max_peer_bytes: int = 32 * 2**20
+    """Declared bytes fetched from one peer per round at most."""
+    bootstrap_retry_s: float = 10.0
+    """While no initial peer answers, retry bootstrapping this often."""
+    start_timeout_s: float = 60.0
+    """Longest wait for the libp2p daemon and DHT to start."""
+    nat_traversal: bool = False
+    """libp2p UPnP/NAT-PMP port mapping, AutoNAT and circuit-relay client (probes the LAN; for home-NAT users)."""
 
     def __post_init__(self):
         _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
@@ -165,9 +247,16 @@ class SwarmConfig:
         _check(self.deadline_s >= 0, "swarm.deadline_s must be >= 0")
         _check(self.staleness >= 0, "swarm.staleness must be >= 0")
         _check(self.max_peer_groups >= 0, "swarm.max_peer_groups must be >= 0")
+        _check(self.peer_groups_per_own >= 0, "swarm.peer_groups_per_own must be >= 0")
+        _check(0 < self.max_peer_share <= 1, "swarm.max_peer_share must be in (0, 1]")
         _check(self.fetch_timeout_s > 0, "swarm.fetch_timeout_s must be > 0")
         _check(self.linger_s >= 0, "swarm.linger_s must be >= 0")
         _check(bool(self.run_id) and len(self.run_id) <= 64, "swarm.run_id must be 1..64 characters")
+        _check(self.record_ttl_s > 0, "swarm.record_ttl_s must be > 0")
+        _check(self.max_packet_bytes >= 1, "swarm.max_packet_bytes must be >= 1")
+        _check(1 <= self.max_offers <= 16, "swarm.max_offers must be in 1..16 (records list at most 16 offers)")
+        _check(self.max_peer_packets >= 1 and self.max_peer_bytes >= 1, "swarm.max_peer_packets/max_peer_bytes must be >= 1")
+        _check(self.bootstrap_retry_s > 0 and self.start_timeout_s > 0, "swarm.bootstrap_retry_s/start_timeout_s must be > 0")
 
 
 @dataclass
@@ -188,11 +277,15 @@ class NodeConfig:
     """Output directory: metrics.jsonl, node.log, config.yaml, checkpoints/."""
     name: str = ""
     """Display name of this node in logs and plots; empty = derived from the model name."""
-    threads: int = 0
-    """CPU threads for torch (0 = torch's default; 1 is fastest for tiny models sharing a CPU)."""
+    threads: int | None = None
+    """CPU threads for torch (0 = torch's default; None = 1 for the tiny presets, where it is 3-4x faster, else 0)."""
+    report_to: list[str] = field(default_factory=list)
+    """Experiment trackers that also get every metrics row: tensorboard | wandb (metrics.jsonl is always written)."""
 
     def __post_init__(self):
-        _check(self.threads >= 0, "threads must be >= 0")
+        _check(self.threads is None or self.threads >= 0, "threads must be >= 0")
+        unknown = sorted(set(self.report_to) - {"tensorboard", "wandb", "none"})
+        _check(not unknown, f"report_to: unknown tracker(s) {unknown} (valid: tensorboard, wandb, none)")
         if not self.name:
             self.name = Path(self.model.name.rstrip("/")).name
 
@@ -205,7 +298,12 @@ class NodeConfig:
 
 def _coerce(value: Any, hint: Any, path: str) -> Any:
     """Check a YAML value against a field's type, converting the forms YAML leaves ambiguous
-    (`1e-4` is a string in YAML 1.1; `2` for a float field is an int)."""
+    (`1e-4` is a string in YAML 1.1; `2` for a float field is an int). `X | None` fields take None."""
+    args = typing.get_args(hint)
+    if type(None) in args and len(args) == 2:
+        if value is None:
+            return None
+        hint = next(a for a in args if a is not type(None))
     if hint is float and isinstance(value, (int, str)) and not isinstance(value, bool):
         try:
             return float(value)
@@ -242,6 +340,36 @@ def _build(cls, data: dict[str, Any], where: str):
 
 _SECTIONS = {"model": ModelConfig, "task": TaskConfig, "rollout": RolloutConfig, "loss": LossConfig,
              "train": TrainConfig, "swarm": SwarmConfig}
+
+
+@functools.cache
+def field_docs(cls) -> dict[str, str]:
+    """{field name: its doc line} of a config dataclass, read from the string under each field."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body, docs = tree.body[0].body, {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def doc(dotted: str) -> str:
+    """The doc line of a config key such as `swarm.peers` (the CLI's help text comes from here)."""
+    section, _, key = dotted.rpartition(".")
+    return field_docs(_SECTIONS[section] if section else NodeConfig).get(key, "")
+
+
+def all_keys() -> list[tuple[str, Any, str]]:
+    """(dotted key, default, doc) of every config field, in declaration order."""
+    defaults = NodeConfig().to_dict()
+    keys = []
+    for name, value in defaults.items():
+        if name in _SECTIONS:
+            keys += [(f"{name}.{k}", v, doc(f"{name}.{k}")) for k, v in value.items()]
+        else:
+            keys.append((name, value, doc(name)))
+    return keys
 
 
 def apply_override(data: dict[str, Any], dotted: str) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 
 from swarm_node.backend import Policy
+from swarm_node.rollout import prompt_tokens
+from swarm_node.sampling import Sampler
 from swarm_node.tasks import Example, Task
 
 
@@ -19,13 +21,12 @@ def held_out(task: Task, limit: int, split: str = "test") -> list[Example]:
     return [examples[i] for i in range(n)]
 
 
-def pass_at_1(policy: Policy, task: Task, examples: list[Example], max_new_tokens: int,
+def pass_at_1(sampler: Sampler, policy: Policy, task: Task, examples: list[Example], max_new_tokens: int,
               batch_size: int = 64) -> dict[str, float]:
-    """Greedy pass@1 of `policy` on `examples`: {"accuracy", "n", "seconds"}."""
+    """Greedy pass@1 of `sampler`'s model on `examples` (`policy` tokenizes): {"accuracy", "n", "seconds"}."""
     start, solved = time.perf_counter(), 0
     for s in range(0, len(examples), batch_size):
         batch = examples[s:s + batch_size]
-        prompts = [policy.encode(task.prompt(ex)) for ex in batch]
-        samples = policy.generate(prompts, n=1, max_new_tokens=max_new_tokens, greedy=True)
-        solved += sum(task.reward(policy.decode(group[0].tokens), ex) == 1.0 for group, ex in zip(samples, batch))
+        samples = sampler.greedy([prompt_tokens(policy, task, ex) for ex in batch], max_new_tokens)
+        solved += sum(task.reward(policy.decode(sample.tokens), ex) == 1.0 for sample, ex in zip(samples, batch))
     return {"accuracy": solved / max(len(examples), 1), "n": len(examples), "seconds": time.perf_counter() - start}

@@ -13,8 +13,7 @@ Notation (one batch, B sequences, T token slots):
               step per batch, so pi_theta/pi_old == 1 in value but carries the gradient.
 
 Group advantages (GRPO, std with Bessel's correction as in TRL):
-    A_i = (r_i - mean_g) / (std_g + eps)          scale="group"
-    A_i =  r_i - mean_g                           scale="none"
+    A_i = (r_i - mean_g) / (std_g + eps)
     A_i = 0 if group g has one member or zero std.
 
 Per-token PPO-clip term with ratio R_it (eps = clip range):
@@ -49,30 +48,22 @@ Stats with no completion tokens: ratio stats 1.0, fractions and kl_mean 0.0 (nev
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from swarm_node.config import KL_ESTIMATORS, KL_REDUCES, LossConfig  # noqa: F401 (LossConfig: the loss's settings)
+
 LOG_CLAMP = 20.0  # |log-ratio| cap before exp; e^20 ~ 4.9e8
 # variant -> (base variant, filtered?)
-VARIANTS = {
-    "nois": ("nois", False), "grpo": ("nois", False), "vis": ("vis", False), "tis": ("tis", False),
-    "f-nois": ("nois", True), "f-vis": ("vis", True), "f-tis": ("tis", True),
-}
-KL_ESTIMATORS = ("k1", "k2", "k3")
-KL_REDUCES = ("sum", "mean")
 STAT_KEYS = (
     "is/ratio_mean", "is/ratio_min", "is/ratio_max", "is/truncated_frac",
     "filter/dropped_frac", "filter/kl_mean", "loss/clip_frac", "loss/policy",
 )
 
 
-def group_advantages(rewards: Tensor, group_ids: Tensor, scale: str = "group", eps: float = 1e-4) -> Tensor:
-    """A_i = (r_i - mean_g) / (std_g + eps) (Bessel std) or r_i - mean_g for scale="none";
-    0 for singleton or zero-std groups. group_ids: any integer labels, in any order."""
-    if scale not in ("group", "none"):
-        raise ValueError(f"scale must be one of ('group', 'none'), got {scale!r}")
+def group_advantages(rewards: Tensor, group_ids: Tensor, eps: float = 1e-4) -> Tensor:
+    """A_i = (r_i - mean_g) / (std_g + eps) (Bessel std); 0 for singleton or zero-std groups.
+    group_ids: any integer labels, in any order."""
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
     if rewards.dim() != 1 or group_ids.shape != rewards.shape:
@@ -88,45 +79,9 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, scale: str = "group", e
     hi = torch.full_like(mean, -float("inf")).scatter_reduce_(0, inv, r, "amax")  # [G]
     lo = torch.full_like(mean, float("inf")).scatter_reduce_(0, inv, r, "amin")  # [G]
     degenerate = (cnt < 2) | (hi == lo)  # [G] singleton or exactly zero std
-    adv = dev / (var.sqrt()[inv] + eps) if scale == "group" else dev  # [N]
+    adv = dev / (var.sqrt()[inv] + eps)  # [N]
     adv = torch.where(degenerate[inv], torch.zeros_like(adv), adv)  # [N]
     return adv.to(out_dtype)  # [N]
-
-
-@dataclass
-class LossConfig:
-    """Which F-TIS family member to use and its hyper-parameters."""
-
-    variant: str = "f-tis"  # one of VARIANTS: nois, grpo (= nois), vis, tis, f-nois, f-vis, f-tis
-    C: float = 2.0  # tis truncation cap on pi_theta/pi_gen; any C > 0 (C < 1 also down-weights on-policy tokens)
-    g: float = 50.0  # filter threshold: drop A_i <= 0 sequences with D_i >= g; g > 0 (inf = never drop)
-    eps: float = 0.2  # PPO clip range: clip(R, 1 - eps, 1 + eps); 0 < eps < 1
-    kl_estimator: str = "k3"  # per-token divergence estimator for the filter: k1, k2, k3
-    kl_reduce: str = "sum"  # reduce per-token estimates over completion tokens: sum or mean
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"unknown variant {self.variant!r}; valid: {sorted(VARIANTS)}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"unknown kl_estimator {self.kl_estimator!r}; valid: {list(KL_ESTIMATORS)}")
-        if self.kl_reduce not in KL_REDUCES:
-            raise ValueError(f"unknown kl_reduce {self.kl_reduce!r}; valid: {list(KL_REDUCES)}")
-        if not self.C > 0:
-            raise ValueError(f"C must be > 0, got {self.C!r}")
-        if not self.g > 0:
-            raise ValueError(f"g must be > 0, got {self.g!r}")
-        if not 0 < self.eps < 1:
-            raise ValueError(f"eps must satisfy 0 < eps < 1, got {self.eps!r}")
-
-    @property
-    def base(self) -> str:
-        """The unfiltered base variant: 'nois', 'vis' or 'tis'."""
-        return VARIANTS[self.variant][0]
-
-    @property
-    def filtered(self) -> bool:
-        """True for the f-* variants (divergence filter on non-positive advantages)."""
-        return VARIANTS[self.variant][1]
 
 
 def sequence_divergence(logp: Tensor, gen_logp: Tensor, mask: Tensor, estimator: str = "k3", reduce: str = "sum") -> Tensor:

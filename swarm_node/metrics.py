@@ -13,13 +13,34 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
+
+from swarm_node.errors import SwarmNodeError
+from swarm_node.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
 
+# ---- metric keys: written once here, used by the stages that produce them and by readers -------
+# (the loss's own keys, `is/*`, `filter/*`, `loss/*`, are `swarm_node.loss.STAT_KEYS`)
+ROUND, NODE = "round", "node"
+REWARD_MEAN, FORMAT_FAIL_FRAC = "reward/mean", "reward/format_fail_frac"
+EVAL_ACCURACY, EVAL_N, OOD_ACCURACY, OOD_N = "eval/accuracy", "eval/n", "ood/accuracy", "ood/n"
+TIME_GENERATE, TIME_EXCHANGE, TIME_TRAIN = "time/generate_s", "time/exchange_s", "time/train_s"
+TIME_EVAL, TIME_ROUND = "time/eval_s", "time/round_s"
+TRAIN_GROUPS, TRAIN_SEQUENCES, TRAIN_ACTIVE_FRAC = "train/groups", "train/sequences", "train/active_frac"
+TRAIN_GRAD_NORM, TRAIN_POLICY_VERSION = "train/grad_norm", "train/policy_version"
+PEERS, PEER_GROUPS_USED = "swarm/peers", "swarm/peer_groups_used"
+PACKETS_RECEIVED, PACKETS_ACCEPTED, PACKETS_REJECTED = (
+    "swarm/packets_received", "swarm/packets_accepted", "swarm/packets_rejected")
+BYTES_IN, BYTES_OUT = "swarm/bytes_in", "swarm/bytes_out"
+PACKET_BYTES_IN, PACKET_BYTES_OUT = "swarm/packet_bytes_in", "swarm/packet_bytes_out"
+TOKENS_IN, TOKENS_OUT, COMPLETIONS_IN = "swarm/tokens_in", "swarm/tokens_out", "swarm/completions_in"
+REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_timeouts"
+REJECTED_PREFIX = "swarm/rejected/"  # + reason
+PEER_PREFIX = "peer/"  # group statistics of the peer groups used, e.g. peer/reward/mean
 
-class MetricsError(RuntimeError):
+
+class MetricsError(SwarmNodeError):
     """metrics.jsonl cannot be written (disk full, unwritable directory)."""
 
 
@@ -43,12 +64,9 @@ def drop_rounds_after(path: str | Path, last_round: int) -> int:
     keep = [row for row in rows if isinstance(row.get("round"), int) and row["round"] <= last_round]
     if len(keep) == len(rows):
         return 0
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
-        os.replace(tmp, path)
+        write_atomic(path, "".join(json.dumps(row) + "\n" for row in keep))
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise MetricsError(f"cannot rewrite {path}: {e.strerror or e}") from None
     log.warning("resume: dropped %d metrics rows of rounds after %d (they are trained again)",
                 len(rows) - len(keep), last_round)
@@ -66,7 +84,7 @@ class MetricsWriter:
             self._file = self.path.open("a")
             if self._file.tell() > 0:  # a torn last line (crash mid-write) must not swallow the next row
                 with self.path.open("rb") as f:
-                    f.seek(-1, os.SEEK_END)
+                    f.seek(-1, 2)  # the last byte
                     if f.read(1) != b"\n":
                         self._file.write("\n")
                         self._file.flush()
@@ -94,10 +112,10 @@ class MetricsWriter:
 def summary_line(row: dict) -> str:
     """One short human line per round, e.g. `round 7 | reward 0.42 | acc 0.31 | peers 2 | ...`."""
     parts = [f"round {row.get('round', '?')}"]
-    for key, label, fmt in (("reward/mean", "reward", "{:.2f}"), ("eval/accuracy", "acc", "{:.3f}"),
-                            ("swarm/peers", "peers", "{}"), ("swarm/peer_groups_used", "peer groups", "{}"),
+    for key, label, fmt in ((REWARD_MEAN, "reward", "{:.2f}"), (EVAL_ACCURACY, "acc", "{:.3f}"),
+                            (PEERS, "peers", "{}"), (PEER_GROUPS_USED, "peer groups", "{}"),
                             ("filter/dropped_frac", "filtered", "{:.2f}"), ("is/truncated_frac", "trunc", "{:.2f}"),
-                            ("time/round_s", "s", "{:.1f}")):
+                            (TIME_ROUND, "s", "{:.1f}")):
         if row.get(key) is not None:
             parts.append(f"{label} {fmt.format(row[key])}")
     return " | ".join(parts)

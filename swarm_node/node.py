@@ -1,34 +1,52 @@
 """The node: the round loop. Read it top to bottom; each stage has a banner.
 
-    round r:  generate own groups -> exchange packets with peers -> merge -> train one step
+    round r:  generate -> offer -> collect + admit -> combine -> train -> sync weights
               -> evaluate (every k rounds) -> log one metrics row -> checkpoint
 
 Round 0 is the starting point (held-out accuracy before any RL); rounds 1..N train. A
-checkpoint after round r resumes at r + 1 with the same prompts, RNG and optimizer state.
-Alone (`swarm-node train`) the exchange stage is skipped; in a swarm (`swarm-node join`) it
-offers this round's packet and collects peers' packets (see exchange.py).
+checkpoint after round r resumes at r + 1 with the same prompts and sampling seeds and the
+optimizer state. Alone (`swarm-node train`) the swarm stages are skipped; in a swarm
+(`swarm-node join`) `connect(model_id, tokenizer_fingerprint)` builds the transport.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from swarm_node import metrics as M
+from swarm_node.admit import Admission, Expectations
 from swarm_node.backend import Policy
 from swarm_node.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm_node.codec import tokenizer_fingerprint
 from swarm_node.config import NodeConfig
+from swarm_node.defaults import resolve as resolve_defaults
+from swarm_node.errors import SwarmNodeError
 from swarm_node.evaluate import held_out, pass_at_1
-from swarm_node.merge import combine
+from swarm_node.exchange import Exchange
 from swarm_node.metrics import MetricsWriter, drop_rounds_after, summary_line
-from swarm_node.rollout import generate_groups, group_stats, round_examples
-from swarm_node.tasks import load_task
+from swarm_node.models import plan_node_memory
+from swarm_node.net import Transport
+from swarm_node.rollout import (OWN, RolloutBuffer, combine, format_fail_frac, generate_groups, group_stats,
+                                prompt_tokens, round_examples, round_seed)
+from swarm_node.sampling import Sampler
+from swarm_node.sampling.hf import HFSampler
+from swarm_node.status import StatusFile
+from swarm_node.tasks import Task, load_task
+from swarm_node.tracking import check_trackers, open_tracker
 from swarm_node.trainer import Trainer
 from swarm_node.warmstart import warmstarted_model
 
 log = logging.getLogger(__name__)
+
+
+class OutputError(SwarmNodeError):
+    """The output directory cannot be created or written."""
 
 
 def _due(r: int, every: int, last: int) -> bool:
@@ -45,83 +63,185 @@ def load_policy(cfg: NodeConfig, base: str, checkpoint: Path | None) -> Policy:
     return Policy.load(type(cfg.model)(**{**model_cfg.__dict__, "name": str(checkpoint / "model")}))
 
 
-def run(cfg: NodeConfig, resume: bool = False, exchange=None, on_round=None) -> list[dict]:
-    """Train for `cfg.train.rounds` rounds; returns the metrics rows (also in OUT/metrics.jsonl).
+@dataclass
+class Parts:
+    """Everything the round loop uses, built once by `build`."""
 
-    `exchange` is an `exchange.Exchange` when the node is in a swarm, None when alone.
-    `on_round(row)` is called after every round (the demo's live view uses it).
-    """
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cfg: NodeConfig  # with every open setting resolved (defaults.py)
+    task: Task
+    eval_task: Task
+    eval_set: list
+    base: str  # the model the run started from (a warm-started cache path, or cfg.model.name)
+    policy: Policy
+    sampler: Sampler
+    trainer: Trainer
+    first: int  # the first round to run (after a checkpoint: its round + 1)
+    exchange: Exchange | None = None
+    admission: Admission | None = None
+
+
+def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport] | None, status: StatusFile) -> Parts:
+    """Data, (warm-started) policy, sampler, trainer, checkpoint state and, in a swarm, the exchange."""
+    task = load_task(cfg.task.name, cfg.task.data, **cfg.task.options)
+    cfg, chosen = resolve_defaults(cfg, task)
+    for line in chosen:
+        log.info("default: %s", line)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    cfg.save(out / "config.yaml")
-    task = load_task(cfg.task.name, cfg.task.data, **cfg.task.options)
-    eval_task = load_task(cfg.task.eval_task, cfg.task.data) if cfg.task.eval_task else task
-    eval_set = held_out(eval_task, cfg.task.eval_limit)
-    base = warmstarted_model(cfg, task) if cfg.train.warmstart_steps > 0 else cfg.model.name
-    checkpoint = latest_checkpoint(out) if resume else None
+    cfg.save(Path(cfg.out) / "config.yaml")
+    eval_task = load_task(cfg.task.eval_task, cfg.task.eval_data) if cfg.task.eval_task else task
+    base = cfg.model.name
+    if cfg.train.warmstart_steps > 0:
+        status.update(state="warmstart")
+        base = warmstarted_model(cfg, task, lambda step, loss: status.update(
+            warmstart={"step": step, "steps": cfg.train.warmstart_steps, "loss": loss}))
+    checkpoint = latest_checkpoint(cfg.out) if resume else None
     policy = load_policy(cfg, base, checkpoint)
-    trainer = Trainer(policy, cfg)
-    generator = torch.Generator().manual_seed(cfg.train.seed)
-    first = 0
+    parts = Parts(cfg, task, eval_task, held_out(eval_task, cfg.task.eval_limit), base, policy, HFSampler(policy),
+                  Trainer(policy, cfg), first=0)
+    status.update(model=cfg.model.name, params=sum(p.numel() for p in policy.model.parameters()),
+                  trainable_params=sum(p.numel() for p in policy.trainable_parameters()))
+    check_memory(cfg, policy, len(prompt_tokens(policy, task, task.split("train")[0])))
     if checkpoint is not None:
-        state = load_checkpoint(checkpoint, trainer.optimizer, generator)
-        first, trainer.policy_version = state["round"] + 1, state["policy_version"]
-        log.info("resumed from %s: next round %d", checkpoint, first)
+        state = load_checkpoint(checkpoint, parts.trainer.optimizer)
+        parts.first, parts.trainer.policy_version = state["round"] + 1, state["policy_version"]
+        log.info("resumed from %s: next round %d", checkpoint, parts.first)
+    if connect is not None:
+        fingerprint = tokenizer_fingerprint(policy.tokenizer)
+        transport = connect(policy.model_id, fingerprint)
+        parts.exchange = Exchange(transport, cfg.swarm, policy.model_id, fingerprint)
+        transport.start()
+        status.update(peer_id=transport.peer_id, join_addrs=transport.join_addrs())
+        log.info("peer id %s; others join this swarm with --peers %s", transport.peer_id,
+                 (status.status.join_addrs or ["?"])[0])
+        expect = Expectations(run_id=cfg.swarm.run_id, tokenizer=fingerprint, staleness=cfg.swarm.staleness,
+                              max_tokens=cfg.rollout.max_new_tokens, group_size=cfg.rollout.group_size,
+                              trusted_peers=frozenset(cfg.swarm.trusted_peers))
+        parts.admission = Admission(expect, task, policy)
+    return parts
+
+
+def check_memory(cfg: NodeConfig, policy: Policy, prompt_len: int) -> None:
+    """Say what the config needs against what the device has; checkpoint activations if that is what fits."""
+    fit = plan_node_memory(cfg, policy, prompt_len)
+    log.log(logging.WARNING if fit.status != "ok" else logging.INFO, "memory: %s%s", fit.message,
+            f" ({fit.remedy})" if fit.remedy else "")
+    if fit.gradient_checkpointing and fit.status == "warn":
+        policy.model.gradient_checkpointing_enable()
+        log.info("gradient checkpointing is on")
+
+
+def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Transport] | None = None,
+        on_round: Callable[[dict], None] | None = None) -> list[dict]:
+    """Train for `cfg.train.rounds` rounds; returns the metrics rows (also in OUT/metrics.jsonl).
+
+    `connect(model_id, tokenizer_fingerprint)` returns the transport of a swarm node (None: alone).
+    `on_round(row)` is called after every round. The loop is one piece on purpose: it is the
+    whole algorithm, read top to bottom.
+    """
+    out = Path(cfg.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        cfg.save(out / "config.yaml")  # as given; replaced by the resolved config once the task is loaded
+    except OSError as e:
+        raise OutputError(f"cannot write to the output directory {out}: {e.strerror or e}") from None
+    status = StatusFile(out, cfg.name, cfg.train.rounds)
+    check_trackers(cfg.report_to)
+    try:
+        p = build(cfg, resume, connect, status)
+    except BaseException as e:
+        status.update(state="failed", error=f"{type(e).__name__}: {e}"[:500])
+        raise
+    cfg = p.cfg
+    policy, sampler, trainer, exchange, admission = p.policy, p.sampler, p.trainer, p.exchange, p.admission
     if resume:  # rounds after the checkpoint are trained again: their old rows must not appear twice
-        drop_rounds_after(out / "metrics.jsonl", first - 1)
-    if exchange is not None:
-        exchange.start(policy, task)
+        drop_rounds_after(out / "metrics.jsonl", p.first - 1)
+    buffer = RolloutBuffer(cfg.swarm.max_peer_groups, cfg.swarm.peer_groups_per_own, cfg.swarm.max_peer_share,
+                           horizontal=cfg.swarm.mode == "horizontal")
     prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{cfg.train.seed}"
-    metrics, rows, last = MetricsWriter(out / "metrics.jsonl"), [], cfg.train.rounds
+    metrics, tracker, rows, last = None, None, [], cfg.train.rounds
+    status.update(state="running", round=p.first - 1, policy_version=trainer.policy_version)
     finished = False
     try:
-        for r in range(first, last + 1):
-            row: dict = {"round": r, "node": cfg.name}
+        metrics = MetricsWriter(out / "metrics.jsonl")
+        tracker = open_tracker(cfg.report_to, out, cfg.to_dict(), run_name=cfg.name, first_step=p.first if resume else None)
+        for r in range(p.first, last + 1):
+            row: dict = {M.ROUND: r, M.NODE: cfg.name}
             t_round = time.perf_counter()
             if r > 0:
                 # ---------------------------------------------------------------- generate
                 t = time.perf_counter()
-                examples = round_examples(task, r, cfg.rollout.prompts_per_round, prompt_key)
-                own = generate_groups(policy, task, examples, cfg.rollout, generator)
-                row.update(group_stats(own), **{"time/generate_s": time.perf_counter() - t})
+                examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key)
+                own = generate_groups(sampler, policy, p.task, examples, cfg.rollout, round_seed(cfg.train.seed, r))
+                buffer.add(own, OWN, trainer.policy_version, r)
+                row.update(group_stats(own), **format_fail_frac(own, p.task, policy), **{M.TIME_GENERATE: time.perf_counter() - t})
 
-                # ---------------------------------------------------------------- exchange
-                peer_groups = []
                 if exchange is not None:
-                    peer_groups, swarm_stats = exchange.round(r, trainer.policy_version, own)
-                    row.update(swarm_stats, **group_stats(peer_groups, prefix="peer/"))
+                    # ------------------------------------------------------------ offer
+                    row.update(exchange.offer(r, trainer.policy_version, own))
+                    # ------------------------------------------------------------ collect + admit
+                    accepted, swarm_stats = exchange.collect(r, lambda item: admission.check(item, r))
+                    for peer, packet in accepted:
+                        buffer.add(packet.groups, peer, packet.policy_version, packet.round)
+                    row.update(swarm_stats, **admission.take_stats())
 
-                # ---------------------------------------------------------------- merge + train
-                batch = combine(own, peer_groups, cfg.swarm.mode)
-                row.update(trainer.step(batch))
+                # ---------------------------------------------------------------- combine
+                rollouts = buffer.take(r)
+                peer_groups = [x.group for x in rollouts if x.source != OWN]
+                row.update(group_stats(peer_groups, prefix=M.PEER_PREFIX))
+                if exchange is not None:
+                    row[M.PEER_GROUPS_USED] = len(peer_groups)
+
+                # ---------------------------------------------------------------- train
+                row.update(trainer.step(combine(rollouts, cfg.swarm.mode)))
+
+                # ---------------------------------------------------------------- sync weights
+                sampler.sync(policy, trainer.policy_version)
 
             # -------------------------------------------------------------------- evaluate
-            if r == 0 and first == 0 or r > 0 and _due(r, cfg.train.eval_every, last):
-                result = pass_at_1(policy, eval_task, eval_set, cfg.rollout.max_new_tokens)
-                row.update({"eval/accuracy": result["accuracy"], "eval/n": result["n"], "time/eval_s": result["seconds"]})
+            if r == 0 and p.first == 0 or r > 0 and _due(r, cfg.train.eval_every, last):
+                result = pass_at_1(sampler, policy, p.eval_task, p.eval_set, cfg.rollout.max_new_tokens)
+                row.update({M.EVAL_ACCURACY: result["accuracy"], M.EVAL_N: result["n"], M.TIME_EVAL: result["seconds"]})
 
             # -------------------------------------------------------------------- log + checkpoint
-            row["time/round_s"] = time.perf_counter() - t_round
+            row[M.TIME_ROUND] = time.perf_counter() - t_round
             metrics.write(row)
+            tracker.log(row, step=r)
             rows.append(row)
             log.info(summary_line(row))
+            status.update(round=r, policy_version=trainer.policy_version)
             if on_round is not None:
                 on_round(row)
             if r > 0 and _due(r, cfg.train.checkpoint_every, last):
                 save_checkpoint(out, policy, trainer.optimizer, {"round": r, "policy_version": trainer.policy_version,
-                                                                  "base_model": base}, cfg, generator)
+                                                                  "base_model": p.base}, cfg)
         if cfg.task.ood_task:
-            ood = load_task(cfg.task.ood_task, cfg.task.ood_data)
-            result = pass_at_1(policy, ood, held_out(ood, cfg.task.eval_limit), cfg.rollout.max_new_tokens)
-            final = {"round": last, "node": cfg.name, "ood/accuracy": result["accuracy"], "ood/n": result["n"]}
-            metrics.write(final)
-            rows.append(final)
-            log.info("out-of-distribution (%s) pass@1: %.3f", cfg.task.ood_task, result["accuracy"])
+            rows.append(evaluate_ood(cfg, sampler, policy, metrics))
+            tracker.log(rows[-1], step=last)
         finished = True
+    except KeyboardInterrupt:
+        status.update(state="stopped")
+        raise
+    except BaseException as e:
+        status.update(state="failed", error=f"{type(e).__name__}: {e}"[:500])
+        raise
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
+        if tracker is not None:
+            tracker.close()
+        sampler.close()
         if exchange is not None:
             exchange.close(linger=finished)
+    status.update(state="finished")
     return rows
+
+
+def evaluate_ood(cfg: NodeConfig, sampler: Sampler, policy: Policy, metrics: MetricsWriter) -> dict:
+    """Greedy pass@1 on the out-of-distribution task, once at the end, as its own metrics row."""
+    ood = load_task(cfg.task.ood_task, cfg.task.ood_data)
+    result = pass_at_1(sampler, policy, ood, held_out(ood, cfg.task.eval_limit), cfg.rollout.max_new_tokens)
+    row = {M.ROUND: cfg.train.rounds, M.NODE: cfg.name, M.OOD_ACCURACY: result["accuracy"], M.OOD_N: result["n"]}
+    metrics.write(row)
+    log.info("out-of-distribution (%s) pass@1: %.3f", cfg.task.ood_task, result["accuracy"])
+    return row

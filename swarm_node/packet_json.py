@@ -6,10 +6,16 @@ float64 value of each float32 (shortest round-trip decimal). It is what the
 `swarm-node protocol` tools print and read, and what the golden vectors in
 protocol/vectors/*.json hold, so a third party can produce packets without
 writing msgpack by hand.
+
+The text of a JSON form is not normative, its values are: `loads` reads `-0` as
+negative zero, and `same_json_form` compares two parsed forms the way SPEC.md
+section 9 says (float fields by float64 value and sign, everything else by type
+and value), so `1`, `1.0` and `1e0` are the same reward.
 """
 from __future__ import annotations
 
 import json
+import struct
 
 import numpy as np
 
@@ -109,3 +115,63 @@ def dumps(obj, indent: int = 0) -> str:
         return "[\n" + ",\n".join(pad + dumps(v, indent + 1) for v in obj) + "\n" + end + "]"
     return json.dumps(obj, ensure_ascii=False, allow_nan=False)
 
+
+
+FLOAT_FIELDS = ("logprobs", "reward")  # JSON numbers read as float64 whatever their spelling
+
+
+def _parse_int(text: str):
+    return -0.0 if text == "-0" else int(text)  # "-0" is negative zero (JSON.stringify never writes it)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"JSON constant {name} is not allowed")
+
+
+def loads(text: str | bytes):
+    """Parse JSON text for the JSON form: `-0` is negative zero; NaN/Infinity and nesting deeper than
+    Python's recursion limit are errors. Raises ValueError (JSONDecodeError, bad UTF-8, too deep)."""
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nests too deeply") from None
+
+
+def comparable(obj, floaty: bool = False):
+    """`obj` with every number tagged by how SPEC.md section 9 compares it: numbers under a float field
+    as their float64 bit pattern (so -0.0 != 0.0 but 1 == 1.0), every other value by type and value."""
+    if isinstance(obj, dict):
+        return {k: comparable(v, floaty or k in FLOAT_FIELDS) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [comparable(v, floaty) for v in obj]
+    if floaty and type(obj) in (int, float):
+        try:
+            return ("float64", struct.pack(">d", obj))
+        except OverflowError:
+            return ("int", obj)
+    return (type(obj).__name__, obj)
+
+
+def same_json_form(a, b) -> bool:
+    return comparable(a) == comparable(b)
+
+
+def first_difference(expected, got, path: str = "") -> str:
+    """Where two parsed JSON forms first differ (a path like groups[0].completions[1].reward), "" if nowhere."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        for key in list(expected) + [k for k in got if k not in expected]:
+            where = f"{path}.{key}" if path else key
+            if key not in expected or key not in got:
+                return where + (" (missing)" if key not in got else " (unexpected)")
+            diff = first_difference(expected[key], got[key], where)
+            if diff:
+                return diff
+        return ""
+    if isinstance(expected, list) and isinstance(got, list):
+        for i, (e, g) in enumerate(zip(expected, got)):
+            diff = first_difference(e, g, f"{path}[{i}]")
+            if diff:
+                return diff
+        return f"{path} (length {len(got)}, expected {len(expected)})" if len(expected) != len(got) else ""
+    floaty = any(part in path.rsplit(".", 1)[-1] for part in FLOAT_FIELDS)
+    return "" if comparable(expected, floaty) == comparable(got, floaty) else f"{path or 'top level'}: {got!r:.60} != {expected!r:.60}"

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from swarm_node import metrics as M
 from swarm_node.backend import Policy
 from swarm_node.codec import Group
 from swarm_node.config import NodeConfig
@@ -41,6 +42,7 @@ class Trainer:
     """Holds the optimizer and the policy version; `step(groups)` is one update."""
 
     def __init__(self, policy: Policy, cfg: NodeConfig):
+        assert cfg.train.lr is not None, "resolve the config's defaults first (swarm_node.defaults.resolve)"
         self.policy, self.cfg = policy, cfg
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
@@ -78,7 +80,8 @@ class Trainer:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.train.max_grad_norm))
             self.optimizer.step()
             self.policy_version += 1
-        stats.update({"train/groups": len(groups), "train/sequences": total, "train/active_frac": len(active) / max(total, 1),
-                      "train/grad_norm": grad_norm, "train/policy_version": self.policy_version,
-                      "time/train_s": time.perf_counter() - start})
+        self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation (memory)
+        stats.update({M.TRAIN_GROUPS: len(groups), M.TRAIN_SEQUENCES: total, M.TRAIN_ACTIVE_FRAC: len(active) / max(total, 1),
+                      M.TRAIN_GRAD_NORM: grad_norm, M.TRAIN_POLICY_VERSION: self.policy_version,
+                      M.TIME_TRAIN: time.perf_counter() - start})
         return stats

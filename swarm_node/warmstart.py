@@ -26,6 +26,7 @@ import torch
 
 from swarm_node.backend import Policy
 from swarm_node.config import ModelConfig, NodeConfig
+from swarm_node.rollout import prompt_tokens
 from swarm_node.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def supervised_steps(policy: Policy, task: Task, steps: int, lr: float, batch: i
     policy.model.train()
     for step in range(steps):
         examples = [train[rng.randrange(len(train))] for _ in range(batch)]
-        prompts = [policy.encode(task.prompt(ex)) for ex in examples]
+        prompts = [prompt_tokens(policy, task, ex) for ex in examples]
         targets = [policy.encode(task.reference_completion(ex)) + [policy.eos_id] for ex in examples]
         logp, mask = policy.token_logprobs(prompts, targets)  # [B, T], [B, T]
         loss = -logp.sum() / mask.sum()  # mean token negative log-likelihood
@@ -65,13 +66,22 @@ def supervised_steps(policy: Policy, task: Task, steps: int, lr: float, batch: i
     return loss_value
 
 
+def warmstart_recipe(cfg: NodeConfig) -> dict:
+    """Everything that determines a warm-started model (the node's RL seed is not part of it)."""
+    return {"model": cfg.model.name, "init_seed": cfg.model.init_seed, "task": cfg.task.name,
+            "options": cfg.task.options, "steps": cfg.train.warmstart_steps, "lr": cfg.train.warmstart_lr,
+            "batch": cfg.train.warmstart_batch}
+
+
+def warmstart_path(cfg: NodeConfig) -> Path:
+    """The cache directory of `cfg`'s warm-start recipe (complete iff it holds recipe.json)."""
+    key = hashlib.sha256(json.dumps(warmstart_recipe(cfg), sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "warmstart" / f"{Path(cfg.model.name).name}-{cfg.task.name}-{key}"
+
+
 def warmstarted_model(cfg: NodeConfig, task: Task, on_step: Callable[[int, float], None] | None = None) -> str:
     """Path of the warm-started base model for `cfg`, training and caching it on first use."""
-    recipe = {"model": cfg.model.name, "init_seed": cfg.model.init_seed, "task": cfg.task.name,
-              "options": cfg.task.options, "steps": cfg.train.warmstart_steps, "lr": cfg.train.warmstart_lr,
-              "batch": cfg.train.warmstart_batch}
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_root() / "warmstart" / f"{Path(cfg.model.name).name}-{cfg.task.name}-{key}"
+    path = warmstart_path(cfg)
     if (path / "recipe.json").exists():
         log.info("warm start: reusing cached %s", path)
         return str(path)
@@ -80,10 +90,10 @@ def warmstarted_model(cfg: NodeConfig, task: Task, on_step: Callable[[int, float
     policy = Policy.load(base)
     loss = supervised_steps(policy, task, cfg.train.warmstart_steps, cfg.train.warmstart_lr,
                             cfg.train.warmstart_batch, cfg.model.init_seed, on_step)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # a whole directory, renamed into place when complete
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save(tmp)
-    (tmp / "recipe.json").write_text(json.dumps({**recipe, "final_loss": loss}, indent=1))
+    (tmp / "recipe.json").write_text(json.dumps({**warmstart_recipe(cfg), "final_loss": loss}, indent=1))
     try:
         os.rename(tmp, path)
     except OSError:  # another process cached the same recipe first: use theirs

@@ -1,6 +1,6 @@
 """A hostile swarm peer, run as a real process by tests/test_reliability.py.
 
-It joins a run through `swarm_node.swarm.Swarm` (real libp2p, a valid signed DHT record) and
+It joins a run through `swarm_node.net.hivemind.HivemindTransport` (real libp2p, a valid signed DHT record) and
 speaks the real protocol, but everything it offers is crafted to hurt. Every round of the honest
 nodes (read from their records) it offers, in one record of up to 16 offers:
 
@@ -16,6 +16,9 @@ Every served digest is counted, so the test can check that no digest is fetched 
 
     python tests/adversary.py --peers MADDR --run-id RUN --model tiny-s --summary out.json
     python tests/adversary.py --mode stall ...   # offers packets, never answers a fetch
+    python tests/adversary.py --mode echo ...    # re-signs the honest peers' own packets as its own
+    python tests/adversary.py --mode amplify --group-size 64 ...  # valid packets, 64 completions per group
+    python tests/adversary.py --mode streams --streams 10000 ...  # holds fetch streams open to --peers[0]
 
 Bounded: it exits after --seconds, after the honest peers reach --until-round, 20 s after they
 all left, or on SIGTERM; the summary (--summary) is rewritten every round and at exit. It prints
@@ -35,8 +38,9 @@ from collections import Counter
 
 import numpy as np
 
-from swarm_node.swarm import DHT_OP_TIMEOUT_S, Swarm, SwarmSettings
-from swarm_node.swarm_records import make_record, packet_digest
+from swarm_node.codec import digest as packet_digest
+from swarm_node.config import SwarmConfig
+from swarm_node.net.hivemind import HivemindTransport
 
 FLOOD = 8
 # The attack of each round, in turn. Comments: what an honest receiver must do with it.
@@ -56,8 +60,8 @@ KINDS = (
 )
 
 
-class HostileSwarm(Swarm):
-    """A Swarm whose record says whatever `self.fake_offers` says and whose server counts requests."""
+class HostileTransport(HivemindTransport):
+    """A transport whose record says whatever `self.fake_offers` says and whose server counts requests."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -69,17 +73,8 @@ class HostileSwarm(Swarm):
         self.served[digest] += 1
         return self.table.get(digest)
 
-    async def _astore_record(self) -> None:
-        async with self._publish_lock:
-            record = make_record(self._peer_id, self.model_id, self.tokenizer, self.protocol, self._round,
-                                 self._policy_version, list(self.fake_offers), time.time())
-            try:
-                ok = await asyncio.wait_for(self._dht.store(
-                    self._key, record, time.time() + self.settings.record_ttl_s,
-                    subkey=self._validator.local_public_key), DHT_OP_TIMEOUT_S)
-            except Exception:
-                ok = False
-            self.stats["records_published" if ok else "publish_failures"] += 1
+    def _offered(self) -> list[tuple[int, str, int]]:
+        return list(self.fake_offers)
 
 
 class Crafter:
@@ -98,14 +93,14 @@ class Crafter:
         self.task = load_task("arith", None, **json.loads(args.task_options))
         self.tokenizer = tokenizer_fingerprint(self.policy.tokenizer)
         self.rollout = RolloutConfig(group_size=args.group_size, prompts_per_round=2, max_new_tokens=args.max_new_tokens)
-        self.generator = torch.Generator().manual_seed(1234)
         self.run_id, self.peer_id = args.run_id, peer_id
 
     def groups(self, r: int):
         from swarm_node.rollout import generate_groups, round_examples
+        from swarm_node.sampling.hf import HFSampler
 
         examples = round_examples(self.task, r, self.rollout.prompts_per_round, "adversary")
-        return generate_groups(self.policy, self.task, examples, self.rollout, self.generator)
+        return generate_groups(HFSampler(self.policy), self.policy, self.task, examples, self.rollout, seed=1234 + r)
 
     def packet(self, r: int, groups, **changes):
         from swarm_node.codec import Packet
@@ -116,7 +111,7 @@ class Crafter:
 
     def attack(self, kind: str, r: int, honest: list[tuple[str, str]], fetch) -> bytes | None:
         """Bytes of this round's attack packet of `kind` (None if it cannot be built now)."""
-        from swarm_node.codec import Completion, Group, _normalize, _pack, encode
+        from swarm_node.codec import Completion, Group, _normalize, _pieces, encode
 
         groups = self.groups(r)
         self.last = copy.deepcopy(groups)  # untampered, for the flood
@@ -158,11 +153,11 @@ class Crafter:
             for g in groups:
                 for c in g.completions:
                     c.logprobs = np.full(len(c.tokens), 0.5, dtype=np.float32)
-            return _pack(_normalize(self.packet(r, groups)))  # canonical bytes, but the codec must refuse them
+            return b"".join(_pieces(_normalize(self.packet(r, groups))))  # canonical bytes, but the codec must refuse them
         if kind == "token_out_of_range":
             c = groups[0].completions[0]
             c.tokens = np.full(len(c.tokens), self.policy.vocab_size + 7, dtype=np.uint32)
-            return _pack(_normalize(self.packet(r, groups)))
+            return b"".join(_pieces(_normalize(self.packet(r, groups))))
         if kind == "truncated":
             return encode(self.packet(r, groups))[:-7]
         if kind == "wrong_round":
@@ -185,99 +180,174 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peers", nargs="+", required=True)
     ap.add_argument("--run-id", required=True)
-    ap.add_argument("--mode", choices=["attack", "stall"], default="attack")
+    ap.add_argument("--mode", choices=["attack", "stall", "echo", "amplify", "streams"], default="attack")
     ap.add_argument("--model", default="tiny-s")
     ap.add_argument("--task-options", default="{}")
-    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=4, help="completions per group (amplify: e.g. 64)")
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--offers", type=int, default=4, help="stall mode: digests offered")
+    ap.add_argument("--streams", type=int, default=10_000, help="streams mode: streams opened in all")
+    ap.add_argument("--concurrency", type=int, default=2_000, help="streams mode: streams held open at once")
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--until-round", type=int, default=10**9)
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: summary + clean shutdown
 
-    settings = SwarmSettings(run_id=args.run_id, initial_peers=args.peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-                             max_offers=16, fetch_timeout_s=5.0, bootstrap_retry_s=2.0)
-    swarm = HostileSwarm(settings, model_id="adversary", tokenizer="unset")
+    cfg = SwarmConfig(run_id=args.run_id, peers=args.peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                      max_offers=16, fetch_timeout_s=5.0, bootstrap_retry_s=2.0)
+    swarm = HostileTransport(cfg, model_id="adversary", tokenizer="unset")
     summary: dict = {"kinds": {}, "rounds": []}
     t_end = time.monotonic() + args.seconds
 
     def save():
         summary["served"] = dict(swarm.served)
-        summary["stats"] = dict(swarm.stats)
+        summary["stats"] = swarm.stats()
         if args.summary:
             with open(args.summary + ".tmp", "w") as f:
                 json.dump(summary, f)
             os.replace(args.summary + ".tmp", args.summary)
 
+    modes = {"attack": attack, "stall": stall, "echo": echo, "amplify": amplify, "streams": streams}
     try:
-        if args.mode == "stall":
-            swarm.start()
-            return stall(swarm, args, t_end)
-        crafter = None
         swarm.start()
-        crafter = Crafter(args, swarm.peer_id)
-        crafter.last = crafter.groups(0)
-        swarm.tokenizer, swarm.model_id = crafter.tokenizer, crafter.policy.model_id
-        print(f"ADVERSARY {swarm.peer_id}", flush=True)
-        kept: list[tuple[int, str, bytes]] = []  # previous attack packets, still offered
-        last, seen_peers_at, index, tries, current = 0, time.monotonic(), 0, 0, None
-        while time.monotonic() < t_end:
-            peers = [p for p in swarm.peers() if p.model_id != "adversary"]
-            if peers:
-                seen_peers_at = time.monotonic()
-            elif time.monotonic() - seen_peers_at > 20:
-                break
-            r = max((p.round for p in peers), default=0)
-            if r >= args.until_round:
-                break
-            if r <= last or r < 1:
-                time.sleep(0.1)
-                continue
-            last = r
-            # next kind once the honest peers asked for the current one 4 times (a fetch cancelled because
-            # another packet completed their round first is asked again) or after 3 rounds
-            if current is not None and (swarm.served[current] >= 4 or tries >= 3):
-                index, tries = index + 1, 0
-            kind, tries = KINDS[index % len(KINDS)], tries + 1
-            honest = [(p.peer_id, d) for p in peers for _, d, _ in sorted(p.offers, reverse=True)]
-            data = crafter.attack(kind, r, honest, swarm.fetch)
-            offers, table = [], {}
-            current = packet_digest(data) if data is not None else None
-            if data is not None:
-                kept = [(r, packet_digest(data), data)] + kept[:2]
-                summary["kinds"].setdefault(kind, []).append(packet_digest(data))
-            for kr, d, b in kept:
-                offers.append((kr, d, len(b)))
-                table[d] = b
-            for b in crafter.flood(r, FLOOD):
-                offers.append((r, packet_digest(b), len(b)))
-                table[packet_digest(b)] = b
-            stale = crafter.flood(max(0, r - 6), 1)[0]
-            small = crafter.flood(r + 1, 1)[0]  # served bytes longer than the size it declares
-            fake = packet_digest(b"promised %d" % r)  # serves bytes that do not hash to it
-            offers += [(max(0, r - 6), packet_digest(stale), len(stale)), (r, packet_digest(b"huge %d" % r), 2**31),
-                       (r + 1, packet_digest(small), 10), (r + 2, fake, 100)]
-            table.update({packet_digest(stale): stale, packet_digest(small): small, fake: b"x" * 100})
-            swarm.table, swarm.fake_offers = table, offers[:16]
-            swarm.publish(r, r)
-            summary["rounds"].append({"round": r, "kind": kind, "offers": len(swarm.fake_offers)})
-            print(f"round {r}: {kind}, {len(swarm.fake_offers)} offers", flush=True)
-            save()
-        return 0
+        return modes[args.mode](swarm, args, t_end, summary, save)
     finally:
         save()
-        swarm.shutdown()
+        swarm.close()
 
 
-def stall(swarm: HostileSwarm, args, t_end: float) -> int:
+def honest_rounds(swarm: HostileTransport, args, t_end: float):
+    """Yield (round, honest peers) each time the honest peers reach a new round; ends at t_end, at
+    --until-round, or 20 s after every honest peer left."""
+    last, seen_peers_at = 0, time.monotonic()
+    while time.monotonic() < t_end:
+        peers = [p for p in swarm.peers() if p.model_id != "adversary"]
+        if peers:
+            seen_peers_at = time.monotonic()
+        elif time.monotonic() - seen_peers_at > 20:
+            return
+        r = max((p.round for p in peers), default=0)
+        if r >= args.until_round:
+            return
+        if r <= last or r < 1:
+            time.sleep(0.1)
+            continue
+        last = r
+        yield r, peers
+
+
+def attack(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+    """Every round: one attack packet (KINDS in turn), a flood, and lying offers (module docstring)."""
+    crafter = Crafter(args, swarm.peer_id)
+    crafter.last = crafter.groups(0)
+    swarm.tokenizer, swarm.model_id = crafter.tokenizer, crafter.policy.model_id
+    print(f"ADVERSARY {swarm.peer_id}", flush=True)
+    kept: list[tuple[int, str, bytes]] = []  # previous attack packets, still offered
+    index, tries, current = 0, 0, None
+    for r, peers in honest_rounds(swarm, args, t_end):
+        # next kind once the honest peers asked for the current one 4 times (a fetch cancelled because
+        # another packet completed their round first is asked again) or after 3 rounds
+        if current is not None and (swarm.served[current] >= 4 or tries >= 3):
+            index, tries = index + 1, 0
+        kind, tries = KINDS[index % len(KINDS)], tries + 1
+        honest = [(p.peer_id, d) for p in peers for _, d, _ in sorted(p.offers, reverse=True)]
+        data = crafter.attack(kind, r, honest, swarm.fetch)
+        offers, table = [], {}
+        current = packet_digest(data) if data is not None else None
+        if data is not None:
+            kept = [(r, packet_digest(data), data)] + kept[:2]
+            summary["kinds"].setdefault(kind, []).append(packet_digest(data))
+        for kr, d, b in kept:
+            offers.append((kr, d, len(b)))
+            table[d] = b
+        for b in crafter.flood(r, FLOOD):
+            offers.append((r, packet_digest(b), len(b)))
+            table[packet_digest(b)] = b
+        stale = crafter.flood(max(0, r - 6), 1)[0]
+        small = crafter.flood(r + 1, 1)[0]  # served bytes longer than the size it declares
+        fake = packet_digest(b"promised %d" % r)  # serves bytes that do not hash to it
+        offers += [(max(0, r - 6), packet_digest(stale), len(stale)), (r, packet_digest(b"huge %d" % r), 2**31),
+                   (r + 1, packet_digest(small), 10), (r + 2, fake, 100)]
+        table.update({packet_digest(stale): stale, packet_digest(small): small, fake: b"x" * 100})
+        swarm.table, swarm.fake_offers = table, offers[:16]
+        swarm.publish(r, r)
+        summary["rounds"].append({"round": r, "kind": kind, "offers": len(swarm.fake_offers)})
+        print(f"round {r}: {kind}, {len(swarm.fake_offers)} offers", flush=True)
+        save()
+    return 0
+
+
+def offer_each_round(swarm: HostileTransport, args, t_end: float, summary: dict, save, build) -> int:
+    """Every round of the honest peers, offer the packets `build(round, peers)` returns as
+    [(round, bytes)], keeping the newest 16 offers."""
+    print(f"ADVERSARY {swarm.peer_id}", flush=True)
+    kept: list[tuple[int, bytes]] = []
+    for r, peers in honest_rounds(swarm, args, t_end):
+        built = build(r, peers)
+        kept = (built + kept)[:16]
+        swarm.table = {packet_digest(b): b for _, b in kept}
+        swarm.fake_offers = [(kr, packet_digest(b), len(b)) for kr, b in kept]
+        swarm.publish(r, r)
+        summary["rounds"].append({"round": r, "offers": len(built)})
+        print(f"round {r}: {len(built)} {args.mode} packets", flush=True)
+        save()
+    return 0
+
+
+def echo(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+    """The honest peers' own packets, re-signed: our id as sender, a new created_at, every reward
+    claimed 1 (new bytes, so not de-duplicated; each passes every check but the echo check)."""
+    from swarm_node.codec import decode, encode
+
+    done: set[str] = set()
+
+    def build(r, peers):
+        out = []
+        for peer in peers:
+            for offer_round, d, _ in sorted(peer.offers, reverse=True)[:2]:
+                data = swarm.fetch(peer.peer_id, d) if d not in done else None
+                if data is None:
+                    continue
+                done.add(d)
+                packet = decode(data)
+                packet.sender, packet.created_at = swarm.peer_id, packet.created_at + 1
+                for g in packet.groups:
+                    for c in g.completions:
+                        c.reward = 1.0
+                out.append((offer_round, encode(packet)))
+                summary["kinds"].setdefault("echo", []).append(packet_digest(out[-1][1]))
+        return out
+
+    return offer_each_round(swarm, args, t_end, summary, save, build)
+
+
+def amplify(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+    """Valid packets (real prompts, real completions of its model) whose groups hold --group-size
+    completions (e.g. 64 where the run samples 4): compute amplification if a receiver trains on them."""
+    from swarm_node.codec import encode
+
+    crafter = Crafter(args, swarm.peer_id)
+    swarm.tokenizer, swarm.model_id = crafter.tokenizer, crafter.policy.model_id
+
+    def build(r, peers):
+        data = encode(crafter.packet(r, crafter.groups(r)))
+        summary["kinds"].setdefault("amplify", []).append(packet_digest(data))
+        return [(r, data)]
+
+    return offer_each_round(swarm, args, t_end, summary, save, build)
+
+
+def stall(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
     """Offer `--offers` packets for every round and accept every fetch stream without ever answering."""
+    from swarm_node.net.fetch import StreamLimits
+
     async def hang(reader, writer):
         swarm.served["stalled"] += 1
         await asyncio.sleep(3600)
 
     swarm._server._respond = hang
+    swarm._server.limits = StreamLimits(10**9, 10**9)  # a staller holds every stream it is given
     blobs = [os.urandom(1000) for _ in range(args.offers)]
     swarm.table = {packet_digest(b): b for b in blobs}
     swarm.fake_offers = [(1 + i % 3, packet_digest(b), len(b)) for i, b in enumerate(blobs)]
@@ -285,6 +355,56 @@ def stall(swarm: HostileSwarm, args, t_end: float) -> int:
     print(f"ADVERSARY {swarm.peer_id}", flush=True)
     while time.monotonic() < t_end:
         time.sleep(0.5)
+    return 0
+
+
+def streams(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+    """Open --streams fetch streams to the peer of --peers[0], --concurrency at a time, and hold each
+    open without sending a request until that peer closes it or time is up. Counts how each ended
+    (busy: refused at once, closed: by the peer later, held: still open at the end) and how long."""
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net.hivemind import open_stream
+    from swarm_node.net.records import FETCH_PROTOCOL
+
+    target = PeerID.from_base58(args.peers[0].rsplit("/p2p/", 1)[1])
+    ends, held_s, state = Counter(), [], {"open": 0, "max_open": 0}
+    print(f"ADVERSARY {swarm.peer_id}", flush=True)
+
+    async def one(slots: asyncio.Semaphore, stop_at: float) -> None:
+        async with slots:
+            loop = asyncio.get_running_loop()
+            if loop.time() >= stop_at:
+                return
+            try:
+                _, reader, writer = await asyncio.wait_for(open_stream(swarm._p2p, target, FETCH_PROTOCOL), 10)
+            except Exception:
+                ends["open_failed"] += 1
+                return
+            t0, state["open"] = loop.time(), state["open"] + 1
+            state["max_open"] = max(state["max_open"], state["open"])
+            try:
+                data = await asyncio.wait_for(reader.read(64), max(0.01, stop_at - loop.time()))
+                ends["busy" if data else "closed"] += 1
+            except (asyncio.TimeoutError, OSError):
+                ends["held"] += 1
+            finally:
+                held_s.append(loop.time() - t0)
+                state["open"] -= 1
+                writer.close()
+
+    async def run_all() -> None:
+        stop_at = asyncio.get_running_loop().time() + max(1.0, t_end - time.monotonic() - 5)
+        slots = asyncio.Semaphore(args.concurrency)
+        await asyncio.gather(*(one(slots, stop_at) for _ in range(args.streams)))
+
+    t0 = time.monotonic()
+    swarm._loop.run(run_all(), args.seconds + 30)
+    held_s.sort()
+    summary["streams"] = {"opened": len(held_s), "ends": dict(ends), "max_open": state["max_open"],
+                          "seconds": time.monotonic() - t0, "held_median_s": held_s[len(held_s) // 2] if held_s else None,
+                          "held_max_s": held_s[-1] if held_s else None}
+    print(f"STREAMS {json.dumps(summary['streams'])}", flush=True)
     return 0
 
 

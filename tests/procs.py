@@ -1,7 +1,8 @@
 """Real child processes for end-to-end tests: `swarm-node join` nodes and helper scripts.
 
 `Proc` starts a command in its own process group, collects its output in the background and
-reads its metrics; the `procs` fixture kills whatever a test started and checks that no node and
+reads the files a node writes in its --out directory (status.json, metrics.jsonl), never its log
+lines; the `procs` fixture kills whatever a test started and checks that no node and
 no p2pd daemon outlives it.
 """
 
@@ -19,6 +20,7 @@ import psutil
 import pytest
 
 from swarm_node.metrics import read_metrics
+from swarm_node.status import wait_for_status
 
 LOCAL = ["--host-maddrs", "/ip4/127.0.0.1/tcp/0"]
 
@@ -55,8 +57,18 @@ class Proc:
             time.sleep(0.2)
         raise AssertionError(f"no {marker!r} line:\n{self.text()}")
 
+    def status(self, ready, timeout: float = 120, what: str = "its status") -> dict:
+        """This process's OUT/status.json once `ready(status)` holds (a status left by an earlier
+        process in the same --out does not count)."""
+        try:
+            return wait_for_status(self.out, lambda s: s.get("pid") == self.proc.pid and ready(s), timeout,
+                                   alive=lambda: self.proc.poll() is None)
+        except (TimeoutError, RuntimeError) as e:
+            raise AssertionError(f"waiting for {what}: {e}\n{self.text()}") from None
+
     def address(self) -> str:
-        return self.wait_line("Others join this swarm with:").split("--peers", 1)[1].strip()
+        """The node's join address (what others pass to --peers), once its swarm is up."""
+        return self.status(lambda s: bool(s.get("join_addrs")), what="its join address")["join_addrs"][0]
 
     def rows(self) -> list[dict]:
         path = self.out / "metrics.jsonl"

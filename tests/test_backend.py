@@ -1,9 +1,9 @@
-"""Policy backend: presets, tokenizer, sampling log-probs, chunked scoring, LoRA."""
+"""Policy backend: presets, tokenizer, chunked scoring, LoRA."""
 
 import pytest
 import torch
 
-from swarm_node.backend import CHAR_VOCAB, PRESETS, Policy, char_tokenizer
+from swarm_node.backend import CHAR_VOCAB, PRESETS, ModelError, Policy, char_tokenizer
 from swarm_node.config import ModelConfig
 
 PROMPTS = ["Q: What is 48 plus 27?\nA: ", "Q: 3?\nA: "]
@@ -44,40 +44,8 @@ def test_preset_saves_and_reloads_as_local_path(policy, tmp_path):
 
 
 def test_unknown_model_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="cannot load model"):
+    with pytest.raises(ModelError, match="cannot load model"):
         Policy.load(ModelConfig(name=str(tmp_path / "nope")))
-
-
-def test_generate_shapes_and_finish_reasons(policy):
-    prompts = [policy.encode(p) for p in PROMPTS]
-    out = policy.generate(prompts, n=3, max_new_tokens=7, temperature=1.0, generator=torch.Generator().manual_seed(0))
-    assert len(out) == 2 and all(len(g) == 3 for g in out)
-    for sample in (s for g in out for s in g):
-        assert len(sample.tokens) == len(sample.logprobs) <= 7
-        assert all(lp <= 0 for lp in sample.logprobs)
-        assert policy.eos_id not in sample.tokens
-        assert sample.finish_reason == ("length" if len(sample.tokens) == 7 else "stop")
-
-
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_generator_logprobs_match_training_logprobs(policy, temperature):
-    """The log-probs a node reports for its samples are what its trainer computes: ratio == 1."""
-    prompts = [policy.encode(p) for p in PROMPTS]
-    out = policy.generate(prompts, n=4, max_new_tokens=12, temperature=temperature,
-                          generator=torch.Generator().manual_seed(1))
-    flat_prompts = [p for p, g in zip(prompts, out) for _ in g]
-    samples = [s for g in out for s in g]
-    logp, mask = policy.token_logprobs(flat_prompts, [s.tokens for s in samples], temperature, chunk=5)
-    for i, s in enumerate(samples):
-        assert mask[i].sum() == len(s.tokens)
-        assert torch.allclose(logp[i, :len(s.tokens)], torch.tensor(s.logprobs), atol=1e-4)
-
-
-def test_greedy_is_deterministic_and_ignores_generator(policy):
-    prompts = [policy.encode(PROMPTS[0])]
-    a = policy.generate(prompts, 1, 10, greedy=True, generator=torch.Generator().manual_seed(0))
-    b = policy.generate(prompts, 1, 10, greedy=True, generator=torch.Generator().manual_seed(99))
-    assert a[0][0].tokens == b[0][0].tokens
 
 
 def test_chunked_logprobs_equal_unchunked_with_grads(policy):

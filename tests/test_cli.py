@@ -49,3 +49,26 @@ def test_bad_task_option_is_one_clear_line(tmp_path):
     result = runner.invoke(app, ["train", "--set", "task.options={digit: 2}", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "error: bad options for task 'arith'" in result.output and "Traceback" not in result.output
+
+
+def test_a_bug_shows_its_traceback_and_a_user_error_does_not(tmp_path):
+    """Only user-caused errors (SwarmNodeError) become one `error:` line; a programmer error, here a
+    shape mismatch planted in the trainer (the loss raises ValueError for it, which the CLI used to
+    swallow as a user error), must reach the user with its full traceback."""
+    planted = ("import sys, torch, swarm_node.trainer as t\n"
+               "t.Trainer.step = lambda self, groups: t.group_advantages(torch.zeros(2), torch.zeros(3))\n"
+               "from swarm_node.cli import app\n"
+               "sys.argv = ['swarm-node'] + sys.argv[1:]\n"
+               "app()\n")
+    args = ["train", "--rounds", "1", "--out", str(tmp_path / "run"), "--set", "task.eval_limit=2",
+            "--set", "rollout.max_new_tokens=2", "--set", "threads=1"]
+    bug = subprocess.run([sys.executable, "-c", planted, *args], capture_output=True, text=True, timeout=300)
+    assert bug.returncode == 1, bug.stderr[-2000:]
+    assert "Traceback (most recent call last)" in bug.stderr
+    assert "ValueError: rewards and group_ids must both be [N]" in bug.stderr
+    assert "\nerror: " not in bug.stderr
+    user = subprocess.run([sys.executable, "-m", "swarm_node", *args, "--set", "rollout.group_size=1"],
+                          capture_output=True, text=True, timeout=300)
+    assert user.returncode == 2
+    assert user.stderr.strip().splitlines()[-1].startswith("error: rollout.group_size must be >= 2")
+    assert "Traceback" not in user.stderr

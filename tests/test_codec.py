@@ -1,7 +1,9 @@
-"""Tests for swarm_node.codec: round-trip properties, golden vectors, every error code, hostile input."""
+"""Tests for swarm_node.codec: round-trip properties, golden vectors, every error code, check order, hostile input."""
 from __future__ import annotations
 
 import json
+import tempfile
+import tracemalloc
 from pathlib import Path
 
 import msgpack
@@ -11,12 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from swarm_node import conformance
 from swarm_node.codec import (ERROR_CODES, MAX_COMPLETIONS, MAX_GROUPS, MAX_PACKET_BYTES, MAX_STR_BYTES, MAX_TOKENS,
-                              MAX_UINT, PROTOCOL_VERSION, Completion, Group, Packet, PacketError, decode, digest, encode,
-                              packet_digest, packet_from_json, packet_to_json, tokenizer_fingerprint)
-from swarm_node.protocol_cli import check_fingerprints, check_vector
+                              MAX_UINT, PROTOCOL_VERSION, Completion, Group, Packet, PacketError, VocabError, decode, digest,
+                              encode, tokenizer_fingerprint)
+from swarm_node.packet_json import packet_from_json, packet_to_json
+from swarm_node.protocol_cli import reference_outcome
 
 VECTORS = Path(__file__).resolve().parent.parent / "protocol" / "vectors"
+SPEC = VECTORS.parent / "SPEC.md"
 VECTOR_FILES = sorted(VECTORS.glob("*.msgpack"))
 FP = "sha256:" + "ab" * 32
 PEER = "12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"
@@ -84,7 +89,7 @@ def test_roundtrip_deterministic_digest(p):
     q = decode(data)
     assert same(p, q)
     assert encode(q) == data == encode(p)  # deterministic, and decode -> encode is the identity on bytes
-    assert packet_digest(p) == packet_digest(q) == digest(data)
+    assert digest(encode(q)) == digest(data)
     assert encode(packet_from_json(json.loads(json.dumps(packet_to_json(q))))) == data  # JSON form is lossless
 
 
@@ -103,42 +108,57 @@ def test_encode_accepts_common_array_types_and_is_exact():
     assert isinstance(q.groups[0].completions[0].reward, float)
 
 
-def test_bytes_per_token_paper_round():
-    """Paper-size round: 2 groups x 12 completions x 200 tokens."""
-    rng = np.random.default_rng(0)
-    T, G, C = 200, 2, 12
-    gs = [Group("gsm8k", f"train/{i}", rng.integers(0, 151936, 150).astype(np.uint32),
-                [Completion(rng.integers(0, 151936, T).astype(np.uint32), -rng.random(T).astype(np.float32), "stop", 1.0)
-                 for _ in range(C)]) for i in range(G)]
-    data = encode(packet(gs, created_at=1735689600000))
+def test_paper_round_size_matches_spec():
+    """SPEC.md section 1 quotes the size of vectors/paper_round.msgpack and a formula for it: both must hold."""
+    data = (VECTORS / "paper_round.msgpack").read_bytes()
     q = decode(data)
-    n = G * C * T
+    G, C, T, P = len(q.groups), len(q.groups[0].completions), len(q.groups[0].completions[0].tokens), len(q.groups[0].prompt_tokens)
+    assert (G, C, T, P) == (2, 12, 200, 150)
     payload = sum(len(c.tokens.tobytes()) + len(c.logprobs.tobytes()) for g in q.groups for c in g.completions)
-    assert payload / n <= 8.0
-    total = len(data) / n
-    print(f"\npaper round ({G}x{C}x{T}): {len(data)} bytes, payload {payload / n:.2f} B/token, "
-          f"total {total:.3f} B/token (header+prompt overhead {total - 8:.3f} B/token)")
-    assert total < 9.0
+    assert payload == 8 * G * C * T
+    def str_size(x: str) -> int:  # fixstr up to 31 bytes, else str8
+        return len(x.encode()) + (1 if len(x.encode()) <= 31 else 2)
+    # the formula of SPEC.md section 1: keys 87 B (with map and version), strings, ints 1+1+9 B, mode 9 B, groups array 1 B
+    header = 87 + sum(str_size(x) for x in (q.run_id, q.sender, q.model_id, q.tokenizer)) + 1 + 1 + 9 + 9 + 1
+    groups = sum(49 + len(g.task) + len(g.example_id) + 4 * P for g in q.groups)
+    assert len(data) == header + groups + G * C * (58 + 8 * T)
+    assert header == (VECTORS / "empty_packet.msgpack").stat().st_size  # same strings and ints, no groups
+    spec = SPEC.read_text(encoding="utf-8")
+    assert f"{len(data):,}".replace(",", " ") in spec and f"{len(data) / (G * C * T):.2f}" in spec
 
 
 # ----------------------------------------------------------------------------- vectors
 
+def reference_results(checks: tuple[str, ...]) -> list[conformance.Result]:
+    with tempfile.TemporaryDirectory() as work:
+        cases = conformance.decode_cases(VECTORS, Path(work)) + conformance.encode_cases(VECTORS)
+        cases += conformance.fingerprint_cases(VECTORS, Path(work)) + conformance.digest_cases(VECTORS)
+        return conformance.run_cases([c for c in cases if c.check in checks], dict.fromkeys(checks, reference_outcome), strict=True)
+
+
 @pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
 def test_vector(path):
-    ok, detail = check_vector(path)
+    with tempfile.TemporaryDirectory() as work:
+        case = next(c for c in conformance.decode_cases(VECTORS, Path(work)) if c.file == path)
+        ok, detail = conformance.judge(case, reference_outcome(case), strict=True)
     assert ok, detail
+
+
+def test_vectors_encode_digest_and_fingerprint():
+    results = reference_results(("encode", "digest", "fingerprint"))
+    assert all(r.passed for r in results), [(r.case.name, r.detail) for r in results if not r.passed]
+    counts = {check: sum(r.case.check == check for r in results) for check in ("encode", "digest", "fingerprint")}
+    valid = sum("error" not in json.loads(p.with_suffix(".json").read_text(encoding="utf-8")) for p in VECTOR_FILES)
+    assert counts["encode"] == counts["digest"] == valid and counts["fingerprint"] >= 12
 
 
 def test_vector_coverage():
     kinds = [json.loads(p.with_suffix(".json").read_text(encoding="utf-8")) for p in VECTOR_FILES]
     invalid = [k["error"] for k in kinds if "error" in k]
     assert len(kinds) - len(invalid) >= 6 and len(invalid) >= 12
-    assert set(invalid) == set(ERROR_CODES) - {"too_large"}  # too_large would need a 16 MiB file
-
-
-def test_fingerprint_vectors():
-    results = check_fingerprints(VECTORS / "tokenizer_fingerprint.json")
-    assert results and all(ok for _, ok, _ in results), results
+    assert set(invalid) == set(ERROR_CODES) - {"too_large"}  # too_large: the harness generates a 16 MiB + 1 file
+    several = [k for k in kinds if "acceptable" in k]
+    assert len(several) >= 5 and all(k["error"] not in k["acceptable"] for k in several)
 
 
 def test_fingerprint_definition():
@@ -151,6 +171,15 @@ def test_fingerprint_definition():
     assert fp != tokenizer_fingerprint({"<eos>": 0, "a": 1, "b": 2, "ab": 4})
     assert fp != tokenizer_fingerprint({"<eos>": 0, "a": 1, "b": 2, "ba": 3})
     assert tokenizer_fingerprint({"é\n": 0}) == digest('[["é\\n",0]]'.encode())
+    assert tokenizer_fingerprint({"é": 1, "z": 1, "a": 1}) == digest('[["a",1],["z",1],["é",1]]'.encode())  # ties: UTF-8 bytes
+    assert tokenizer_fingerprint({"a": np.int64(2**32 - 1)}) == digest(b'[["a",4294967295]]')
+
+
+@pytest.mark.parametrize("vocab", [{"a": -1}, {"a": 2**32}, {"a": 1.0}, {"a": True}, {"\ud800": 0}, {b"a": 0}, {"a": "1"}],
+                         ids=["negative", "over_uint32", "float", "bool", "lone_surrogate", "bytes_token", "str_id"])
+def test_fingerprint_rejects_vocabularies_without_one(vocab):
+    with pytest.raises(VocabError):
+        tokenizer_fingerprint(vocab)
 
 
 # ----------------------------------------------------------------------------- every error code
@@ -175,12 +204,18 @@ ERROR_CASES = {
                     lambda: decode(GOOD.replace(b"\xa5gsm8k", b"\xa5\xff\xfe\xfd\xfc\xfb"))],
     "trailing_bytes": [lambda: decode(GOOD + b"\x00")],
     "bad_version": [lambda: decode(pack({"version": 2})), lambda: decode(pack({"run_id": "x", "version": 1})),
-                    lambda: decode(pack({})), lambda: decode(pack({"version": -1})), lambda: encode(packet(version=2))],
+                    lambda: decode(pack({})), lambda: decode(pack({"version": -1})), lambda: encode(packet(version=2)),
+                    lambda: decode(pack({"version": "1"})), lambda: decode(pack({"version": True})),
+                    lambda: decode(pack({"version": 1.0})), lambda: decode(pack({"version": {}})),
+                    lambda: decode(pack({1: 1})), lambda: decode(pack({b"version": 1})),
+                    lambda: decode(pack({"v" * 300: 1}))],
     "missing_field": [lambda: decode(_mutated(lambda d: d.pop("groups"))), lambda: decode(pack({"version": 1}))],
     "unknown_field": [lambda: decode(_mutated(lambda d: _comp(d).update(x=1))),
                       lambda: decode(_mutated(lambda d: d.update({"k" * 40: 1})))],
-    "duplicate_field": [lambda: decode(GOOD.replace(b"\xa6reward", b"\xa6tokens", 1))],
-    "bad_type": [lambda: decode("not bytes"), lambda: decode(pack([1])), lambda: decode(pack({"version": "1"})),
+    "duplicate_field": [lambda: decode(GOOD.replace(b"\xa6reward", b"\xa6tokens", 1)),
+                        lambda: decode(GOOD.replace(b"\xa6run_id", b"\xa7version", 1)),  # a second version key
+                        lambda: decode(pack({"version": 1, "version ": 2}).replace(b"\xa8version ", b"\xa7version"))],
+    "bad_type": [lambda: decode("not bytes"), lambda: decode(pack([1])), lambda: decode(pack({"version": 1, 2: 2})),
                  lambda: decode(_mutated(lambda d: d.update(round=True))),
                  lambda: decode(_mutated(lambda d: d.update(round=1.0))),
                  lambda: decode(_mutated(lambda d: _comp(d).update(reward=1))),
@@ -188,7 +223,7 @@ ERROR_CASES = {
                  lambda: decode(_mutated(lambda d: _comp(d).update(tokens=b"\0" * 5))),
                  lambda: decode(_mutated(lambda d: d.update(run_id=None))),
                  lambda: decode(_mutated(lambda d: d.update(groups={}))),
-                 lambda: decode(pack({1: 1})),
+                 lambda: decode(_mutated(lambda d: _comp(d).update(tokens=b"\0" * (4 * MAX_TOKENS - 1)))),
                  lambda: encode(packet(round=True)), lambda: encode(packet(run_id=b"x")),
                  lambda: encode(packet([Group("t", "e", np.zeros((2, 2), np.uint32), [])])),
                  lambda: encode(packet([Group("t", "e", ["a"], [])])), lambda: encode("packet")],
@@ -206,12 +241,14 @@ ERROR_CASES = {
                   lambda: encode(packet([Group("t", "e", np.array([-1]), [])])),
                   lambda: encode(packet(sender="\ud800")),
                   lambda: encode(packet([Group("t", "e", [], [Completion([], [], "stop", 10**400)])]))],
-    "bad_enum": [lambda: decode(_mutated(lambda d: d.update(mode="Vertical"))),
+    "bad_enum": [lambda: decode(_mutated(lambda d: d.update(mode="Vertical"))), lambda: decode(_mutated(lambda d: d.update(mode=""))),
+                 lambda: decode(_mutated(lambda d: _comp(d).update(finish_reason=""))), lambda: encode(packet(mode="")),
                  lambda: encode(packet([Group("t", "e", [], [completion(finish="eos")])]))],
     "length_mismatch": [lambda: decode(_mutated(lambda d: _comp(d).update(logprobs=b""))),
                         lambda: encode(packet([Group("t", "e", [], [Completion([1, 2], [-1.0], "stop", 0.0)])]))],
     "bad_logprob": [lambda: decode(_mutated(lambda d: _comp(d).update(logprobs=np.array([-1, 1e-9, -1, -1], "<f4").tobytes()))),
                     lambda: encode(packet([Group("t", "e", [], [Completion([1], [np.nan], "stop", 0.0)])])),
+                    lambda: encode(packet([Group("t", "e", [], [Completion([1], [1e-45], "stop", 0.0)])])),  # + subnormal
                     lambda: encode(packet([Group("t", "e", [], [Completion([1], [-1e300], "stop", 0.0)])]))],  # -inf in float32
     "token_out_of_range": [lambda: decode(GOOD, vocab_size=int(packet().groups[0].completions[0].tokens.max())),
                            lambda: decode(GOOD, vocab_size=5)],  # prompt token 5
@@ -230,6 +267,42 @@ def test_error_codes_documented_and_all_reachable():
 @pytest.mark.parametrize("code,i", [(c, i) for c, fs in ERROR_CASES.items() for i in range(len(fs))])
 def test_error_case(code, i):
     assert code_of(ERROR_CASES[code][i]) == code
+
+
+ORDER_CASES = {  # several faults in one packet: the code of the first in SPEC.md section 6 order
+    "limit_exceeded": lambda: decode(_mutated(lambda d: _comp(d).update(tokens=b"\0" * (4 * MAX_TOKENS + 3)))),  # and misaligned
+    "bad_type": lambda: decode(_mutated(lambda d: (d.update(run_id=1), _comp(d).update(extra=1)))),  # byte order
+    "unknown_field": lambda: decode(_mutated(lambda d: (d.update(zz=1), d.pop("groups")))),  # key checks before missing
+    "bad_msgpack": lambda: decode(_mutated(lambda d: d.update(mode="x"))[:-1]),  # structure before semantics
+    "trailing_bytes": lambda: decode(_mutated(lambda d: _comp(d).update(reward=float("nan"))) + b"\x00"),
+    "bad_value": lambda: decode(_mutated(lambda d: (d.update(run_id=""), d.update(mode="x")))),  # wire order in step 4
+    "length_mismatch": lambda: decode(_mutated(lambda d: _comp(d).update(logprobs=b"\0\0\x80\x7f", finish_reason="x"))),
+    "bad_logprob": lambda: decode(GOOD.replace(b"\xa5round\x07", b"\xa5round\xcc\x07").replace(
+        np.float32(packet().groups[0].completions[0].logprobs[0]).tobytes(), np.float32(0.5).tobytes())),  # before not_canonical
+    "bad_version": lambda: decode(pack({"version": 2.5, "extra": None}) + b"junk"),  # the version gate comes first
+}
+
+
+@pytest.mark.parametrize("code", list(ORDER_CASES))
+def test_check_order(code):
+    assert code_of(ORDER_CASES[code]) == code
+
+
+def test_decode_memory_is_bounded_by_the_packet():
+    """A ~16 MiB packet decodes in little more memory than its own bytes (SPEC.md section 6 states the bound)."""
+    rng = np.random.default_rng(0)
+    T = 8000
+    gs = [Group("gsm8k", f"train/{i}", np.arange(16, dtype=np.uint32), [
+        Completion(rng.integers(0, 1000, T).astype(np.uint32), -rng.random(T).astype(np.float32), "stop", 1.0) for _ in range(4)])
+        for i in range(MAX_GROUPS)]
+    data = encode(packet(gs))
+    assert len(data) > 0.95 * MAX_PACKET_BYTES
+    del gs
+    tracemalloc.start()
+    q = decode(data, vocab_size=1000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(q.groups) == MAX_GROUPS and peak < len(data) // 16  # measured: ~0.4 MiB, 0.02x
 
 
 def test_valid_inputs_accepted():

@@ -1,5 +1,6 @@
-"""`swarm-node demo`: node specs and command lines, the live view's tailing, stopping processes,
-the warm-start cache, and (slow) a real reduced demo and a Ctrl-C in the middle of one.
+"""`swarm-node demo`: node specs and command lines, the live view's tailing, waiting for a node's
+status, stopping processes, the warm-start cache, and (slow) a real reduced demo and a Ctrl-C in
+the middle of one.
 
 The slow tests start real node processes (3 x `swarm-node join` with their p2pd daemons) on
 127.0.0.1; the Ctrl-C test checks with psutil that no node process and no p2pd survives.
@@ -18,9 +19,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from swarm_node import cli, demo
+from swarm_node import cli
 from swarm_node.config import ConfigError
-from swarm_node.live import NodeView, warm_start
+from swarm_node.demo import run as demo
+from swarm_node.demo.live import NodeView
+from swarm_node.demo.processes import CHILD_ENV, DemoError, NodeProc, stop_processes, wait_until_up
+from swarm_node.demo.warmstart_pool import group_by_recipe, warm_start
+from swarm_node.status import StatusFile, read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIGS = ROOT / "configs" / "demo"
@@ -62,24 +67,31 @@ def test_node_command_lines_are_valid_cli_invocations(kind, tmp_path, monkeypatc
     argv = demo.node_argv(spec, command, tmp_path / "n", "demo-x", variant, peers)
     assert argv[:3] == [sys.executable, "-m", "swarm_node"]
     seen = {}
-    monkeypatch.setattr("swarm_node.node.run", lambda cfg, resume=False, exchange=None: seen.update(cfg=cfg))
-    monkeypatch.setattr("swarm_node.exchange.Exchange", lambda cfg: None)
+
+    def fake_run(cfg, resume=False, connect=None, on_round=None):  # swarm_node.node.run's signature
+        seen.update(cfg=cfg, connect=connect)
+
+    monkeypatch.setattr("swarm_node.node.run", fake_run)
+    monkeypatch.setattr("swarm_node.exchange.Exchange", lambda *args, **kwargs: None)
     monkeypatch.setattr(cli, "setup_logging", lambda out, verbose: None)
     result = CliRunner().invoke(cli.app, argv[3:])
     assert result.exit_code == 0, result.output
     cfg = seen["cfg"]
     assert cfg.name == "tiny-m" and cfg.train.rounds == 5 and cfg.out == str(tmp_path / "n")
     assert cfg.loss.variant == (variant or "f-tis")
-    if command == "join":
-        assert cfg.swarm.enabled and cfg.swarm.peers == [peers] and cfg.swarm.run_id == "demo-x"
+    assert argv[3] == command
+    if command == "join":  # a swarm node: it connects to a transport, bootstrapping from the given peer
+        assert seen["connect"] is not None
+        assert cfg.swarm.peers == [peers] and cfg.swarm.run_id == "demo-x"
         assert cfg.swarm.host_maddrs == ["/ip4/127.0.0.1/tcp/0"]
-    else:
-        assert not cfg.swarm.enabled
+    else:  # alone: no transport, no peers, no swarm flags on its command line
+        assert seen["connect"] is None
+        assert cfg.swarm.peers == [] and not {"--peers", "--identity", "--run-id", "--host-maddrs"} & set(argv)
 
 
 def test_node_view_tails_metrics_across_partial_writes(tmp_path):
     view = NodeView("a", "", tmp_path, rounds=10)
-    assert view.poll() == [] and view.round == -1
+    assert view.poll() == [] and view.round == -1 and view.params == ""
     with open(tmp_path / "metrics.jsonl", "w") as f:
         f.write(json.dumps({"round": 0, "eval/accuracy": 0.2, "eval/n": 20}) + "\n" + '{"round": 1, "rew')
     assert [r["round"] for r in view.poll()] == [0] and view.status == "running"
@@ -87,9 +99,97 @@ def test_node_view_tails_metrics_across_partial_writes(tmp_path):
         f.write('ard/mean": 0.5, "swarm/peers": 2}\n')
     assert view.poll()[0]["reward/mean"] == 0.5
     assert (view.round, view.start_acc, view.last("swarm/peers")) == (1, 0.2, 2)
-    (tmp_path / "node.log").write_text("x INFO backend: loaded tiny-s on cpu (torch.float32): 0.11M params, 0.11M trainable\n")
+    status = StatusFile(tmp_path, "a", rounds=10)  # what the node writes, in the node's own format
+    view.poll()
+    assert view.params == ""  # the model is not loaded yet
+    status.update(model="tiny-s", params=110_592, trainable_params=110_592)
     view.poll()
     assert view.params == "0.11M params"
+
+
+def test_the_demo_reads_only_metric_keys_the_node_writes():
+    from swarm_node import metrics
+    from swarm_node.demo import live, plots
+    from swarm_node.loss import STAT_KEYS
+
+    written = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str)} | set(STAT_KEYS)
+    assert set(live.METRIC_KEYS) <= written and set(plots.METRIC_KEYS) <= written
+    assert {live.DROPPED_FRAC, live.TRUNCATED_FRAC, plots.DROPPED_FRAC} <= set(STAT_KEYS)
+
+
+def test_nodes_sharing_a_warm_start_recipe_share_one_phase():
+    specs = demo.load_specs(DEMO_CONFIGS, [])
+    groups = group_by_recipe(specs)
+    assert [[s.name for s in g] for g in groups] == [["tiny-s", "tiny-s-lora"], ["tiny-m"]]
+    assert group_by_recipe(demo.load_specs(DEMO_CONFIGS, ["train.warmstart_steps=0"])) == []
+
+
+# A stand-in node: writes OUT/status.json the way the node does (StatusFile), then behaves per argv.
+FAKE_NODE = """
+import pathlib, sys, time
+from swarm_node.status import StatusFile
+out, mode = sys.argv[1], sys.argv[2]
+pathlib.Path(out).mkdir(exist_ok=True)
+status = StatusFile(out, "fake", rounds=3)
+time.sleep(0.5)
+if mode == "fail":
+    print("error: cannot load model /nonexistent", flush=True)
+    sys.exit(2)
+status.update(model="tiny-s", params=1000)
+time.sleep(0.5)
+if mode == "up":
+    status.update(peer_id="QmFake", join_addrs=["/ip4/127.0.0.1/tcp/4242/p2p/QmFake", "/ip4/10.0.0.1/tcp/4242/p2p/QmFake"])
+time.sleep(60)
+"""
+
+
+def _fake_node(tmp_path: Path, mode: str) -> NodeProc:
+    proc = NodeProc(spec=None, out=tmp_path / mode, argv=[sys.executable, "-c", FAKE_NODE, str(tmp_path / mode), mode])
+    proc.out.mkdir(exist_ok=True)
+    proc.log_file = open(proc.out / "console.log", "ab")
+    proc.popen = subprocess.Popen(proc.argv, stdout=proc.log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return proc
+
+
+def test_wait_until_up_reads_the_join_address_from_status_json(tmp_path):
+    up, ticks = _fake_node(tmp_path, "up"), []
+    try:
+        status = wait_until_up(up, timeout=60, tick=lambda: ticks.append(1))
+        assert status["join_addrs"][0] == "/ip4/127.0.0.1/tcp/4242/p2p/QmFake" and status["params"] == 1000
+        assert status["pid"] == up.popen.pid and ticks  # the live view kept refreshing meanwhile
+    finally:
+        stop_processes([up], grace_int=1.0, grace_term=1.0)
+
+
+def test_wait_until_up_ignores_a_stale_status_and_reports_a_failed_node(tmp_path):
+    (tmp_path / "silent").mkdir()  # an earlier process's status, with an address, in the same directory
+    StatusFile(tmp_path / "silent", "old", rounds=3).update(join_addrs=["/ip4/127.0.0.1/tcp/1/p2p/QmOld"], params=1)
+    assert read_status(tmp_path / "silent")["join_addrs"]
+    silent, failing = _fake_node(tmp_path, "silent"), _fake_node(tmp_path, "fail")
+    try:
+        with pytest.raises(DemoError, match="did not start its swarm within 5 s"):
+            wait_until_up(silent, timeout=5)
+        with pytest.raises(DemoError, match=r"exited \(code 2\) before its swarm started") as failed:
+            wait_until_up(failing, timeout=60)
+        assert "error: cannot load model /nonexistent" in str(failed.value)  # the node's own words, from console.log
+    finally:
+        stop_processes([silent, failing], grace_int=1.0, grace_term=1.0)
+
+
+def test_test_procs_learn_the_join_address_from_status_json(tmp_path, procs):
+    """tests/procs.py's `Proc.address()` (used by the join and reliability tests) reads status.json."""
+    from procs import Proc
+
+    out = tmp_path / "p"
+    out.mkdir()
+    StatusFile(out, "old", rounds=3).update(join_addrs=["/ip4/127.0.0.1/tcp/1/p2p/QmOld"])  # a stale one: ignored
+    assert read_status(out)["join_addrs"]
+    node = procs(Proc([sys.executable, "-c", FAKE_NODE, str(out), "up"], out))
+    assert node.address() == "/ip4/127.0.0.1/tcp/4242/p2p/QmFake"
+    failing = procs(Proc([sys.executable, "-c", FAKE_NODE, str(tmp_path / "f"), "fail"], tmp_path / "f"))
+    with pytest.raises(AssertionError, match="node stopped before its status was ready"):
+        failing.address()
 
 
 STUBBORN = """
@@ -103,11 +203,11 @@ time.sleep(600)
 
 
 def test_stop_processes_escalates_and_kills_escaped_descendants(tmp_path):
-    proc = demo.NodeProc(spec=None, out=tmp_path, argv=[sys.executable, "-c", STUBBORN])
+    proc = NodeProc(spec=None, out=tmp_path, argv=[sys.executable, "-c", STUBBORN])
     proc.popen = subprocess.Popen(proc.argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
     child = psutil.Process(int(proc.popen.stdout.readline()))
     start = time.monotonic()
-    demo.stop_processes([proc], grace_int=1.0, grace_term=1.0)
+    stop_processes([proc], grace_int=1.0, grace_term=1.0)
     assert proc.popen.poll() == -signal.SIGKILL and time.monotonic() - start < 15
     child.wait(10)  # it left the process group, but was remembered as a descendant and killed
     assert not child.is_running()
@@ -135,7 +235,7 @@ def test_warm_start_is_cached_and_says_so(tmp_path):
     outputs = []
     for _ in range(2):
         console = Console(record=True, width=200, force_terminal=False)
-        warm_start(specs, console, demo.CHILD_ENV)
+        warm_start(specs, console, CHILD_ENV)
         outputs.append(console.export_text())
     assert "2 supervised phase(s)" in outputs[0]  # tiny-s and tiny-s-lora share one warm start
     assert outputs[0].count("saved to") == 2 and "reusing cached" not in outputs[0]

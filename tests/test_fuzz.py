@@ -30,10 +30,11 @@ from hypothesis import strategies as st
 
 from swarm_node.codec import (ERROR_CODES, MAX_PACKET_BYTES, MAX_TOKENS, Completion, Group, Packet, PacketError, decode,
                               encode, validate)
-from swarm_node.swarm_fetch import PacketServer, request_packet
-from swarm_node.swarm_identity import check_record_value, load_or_create_identity, owner_key_of, peer_id_of
-from swarm_node.swarm_records import (MAX_FRAME_BYTES, FrameError, RecordError, decode_frame_body, encode_frame,
-                                      frame_length, make_record, packet_digest, parse_record)
+from swarm_node.codec import digest as packet_digest
+from swarm_node.net.fetch import PacketServer, request_packet
+from swarm_node.net.identity import check_record_value, load_or_create_identity, owner_key_of, peer_id_of
+from swarm_node.net.records import (MAX_FRAME_BYTES, FrameError, RecordError, decode_frame_body, encode_frame,
+                                    frame_length, make_record, parse_record)
 
 VOCAB = 1000
 FP = "sha256:" + "ab" * 32
@@ -393,7 +394,7 @@ def test_fuzz_record_bytes_and_validator(value, subkey, expiration):
     from hivemind.dht.routing import DHTID
     from hivemind.dht.validation import DHTRecord
 
-    from swarm_node.swarm_records import record_key
+    from swarm_node.net.records import record_key
 
     assert isinstance(check_record_value(OWNER_SSH, value, expiration), str)
     owner_key_of(subkey)
@@ -406,9 +407,10 @@ def test_fuzz_record_bytes_and_validator(value, subkey, expiration):
 
 @functools.cache
 def _validator():
-    from swarm_node.swarm import SwarmRecordValidator, _wrap_rsa
+    from swarm_node.net.discovery import RecordValidator
+    from swarm_node.net.hivemind import wrap_rsa_key
 
-    return SwarmRecordValidator(_wrap_rsa(load_or_create_identity(None)[0]), "run")
+    return RecordValidator(wrap_rsa_key(load_or_create_identity(None)[0]), "run")
 
 
 def test_non_finite_record_expiration_is_rejected():

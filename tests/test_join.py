@@ -75,7 +75,7 @@ def test_identity_is_stable_and_exclusive(tmp_path, procs):
 
 
 def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, procs):
-    from swarm_node.swarm_identity import load_or_create_identity, peer_id_of
+    from swarm_node.net.identity import load_or_create_identity, peer_id_of
 
     key_path = tmp_path / "a.key"
     key, _ = load_or_create_identity(str(key_path))

@@ -281,8 +281,6 @@ def test_group_advantages_hand():
     s3 = math.sqrt((0.25 + 0.25) / 1)
     expect = [-1 / (s7 + eps), -0.5 / (s3 + eps), 0.0, 0.5 / (s3 + eps), 1 / (s7 + eps), 0.0, 0.0, 0.0]
     torch.testing.assert_close(a, torch.tensor(expect), rtol=1e-6, atol=1e-7)
-    a_none = group_advantages(r, ids, scale="none")
-    torch.testing.assert_close(a_none, torch.tensor([-1.0, -0.5, 0.0, 0.5, 1.0, 0.0, 0.0, 0.0]))
     assert a.dtype == torch.float32
 
 
@@ -291,14 +289,13 @@ def test_group_advantages_degenerate():
     r = torch.tensor([0.1, 0.1, 0.1, 0.7], dtype=D64)
     a = group_advantages(r, torch.tensor([5, 5, 5, 9]))
     assert torch.all(a == 0)
-    assert torch.all(group_advantages(r, torch.tensor([5, 5, 5, 9]), scale="none") == 0)
     assert group_advantages(torch.tensor([3.0]), torch.tensor([0])).tolist() == [0.0]
     assert group_advantages(torch.zeros(0), torch.zeros(0, dtype=torch.long)).numel() == 0
     # integer rewards are accepted; eps matters
     a = group_advantages(torch.tensor([0, 1]), torch.tensor([1, 1]), eps=0.5)
     torch.testing.assert_close(a, torch.tensor([-0.5, 0.5]) / (math.sqrt(0.5) + 0.5))
     with pytest.raises(ValueError):
-        group_advantages(torch.zeros(2), torch.zeros(2, dtype=torch.long), scale="batch")
+        group_advantages(torch.zeros(2), torch.zeros(3, dtype=torch.long))
 
 
 # ----------------------------------------------------------------------------- properties

@@ -52,3 +52,54 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     b = Policy.load(ModelConfig(name=str(tmp_path / "b" / "checkpoints" / "round-000003" / "model")))
     for pa, pb in zip(a.model.parameters(), b.model.parameters()):
         assert torch.allclose(pa, pb, atol=1e-6)
+
+
+def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tmp_path, monkeypatch):
+    """One full swarm round of two nodes with no libp2p at all: the node loop only sees a Transport."""
+    import threading
+
+    import swarm_node.node as node_module
+
+    from swarm_node.net.memory import MemoryNetwork, MemoryTransport
+
+    from swarm_node.tasks import load_task
+    from swarm_node.warmstart import warmstarted_model
+
+    network, rows, errors = MemoryNetwork(), {}, []
+    # staleness 0: each round uses exactly the peer's packet of that round (lockstep).
+    # A warm start gives the tiny models some reward signal, so groups carry non-zero advantages;
+    # it is cached once here (both nodes share the recipe), which also imports transformers' model
+    # classes before two threads would race on its lazy imports
+    common = FAST + ["train.rounds=2", "train.warmstart_steps=100", "swarm.deadline_s=60", "swarm.linger_s=1",
+                     "swarm.run_id=mem", "rollout.group_size=4", "swarm.staleness=0"]
+    warmstarted_model(load_config(None, common), load_task("arith"))
+    loading, load_policy = threading.Lock(), node_module.load_policy
+
+    def load_one_at_a_time(*args):  # transformers' from_pretrained is not thread-safe (real nodes are processes)
+        with loading:
+            return load_policy(*args)
+
+    monkeypatch.setattr(node_module, "load_policy", load_one_at_a_time)
+
+    def node(name: str, seed: int) -> None:
+        cfg = load_config(None, common + [f"train.seed={seed}", f"name={name}", f"out={tmp_path / name}"])
+        try:
+            rows[name] = run(cfg, connect=lambda model_id, tok: MemoryTransport(network, f"Qm{name}", model_id, tok))
+        except BaseException as e:  # surfaced by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=node, args=(name, seed)) for name, seed in (("A", 0), ("B", 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    for name in ("A", "B"):
+        trained = rows[name][1:]
+        assert [r["round"] for r in trained] == [1, 2]
+        for row in trained:
+            assert row["swarm/packets_accepted"] >= 1 and row["swarm/peer_groups_used"] >= 1
+            assert row["train/groups"] == 2 + row["swarm/peer_groups_used"]
+            assert row["swarm/packets_rejected"] == 0 and row["swarm/packet_bytes_out"] > 0
+        status = json.loads((tmp_path / name / "status.json").read_text())
+        assert status["state"] == "finished" and status["peer_id"] == f"Qm{name}" and status["round"] == 2

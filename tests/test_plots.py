@@ -7,7 +7,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from swarm_node import plots
+from swarm_node.demo import plots
 from swarm_node.cli import app
 
 runner = CliRunner()

@@ -17,24 +17,29 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from swarm_node.cli import app
-from swarm_node.codec import Completion, Group, Packet, _normalize, _pack, encode, tokenizer_fingerprint
+from swarm_node.codec import Completion, Group, Packet, _normalize, _pieces, encode, tokenizer_fingerprint
 from swarm_node.config import RolloutConfig, load_config
+from swarm_node.admit import Admission, Expectations, Rejected
 from swarm_node.exchange import Exchange
-from swarm_node.merge import Expectations, Rejected, accept_packet
 from swarm_node.metrics import MetricsError, MetricsWriter, drop_rounds_after, read_metrics
 from swarm_node.rollout import generate_groups, round_examples
-from swarm_node.swarm_fetch import MISMATCH, OVERSIZE, TIMEOUT, collect_offers
-from swarm_node.swarm_records import PeerInfo, Received, packet_digest
+from swarm_node.sampling.hf import HFSampler
+from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
+from swarm_node.net.fetch import MISMATCH, OVERSIZE, TIMEOUT
+from swarm_node.net import Collected, PeerInfo, Received
+from swarm_node.codec import digest as packet_digest
 
 from procs import Proc
 
@@ -48,15 +53,28 @@ def _digest(tag) -> str:
     return packet_digest(str(tag).encode())
 
 
-async def _collect(peers, fetch_fn, **kw):
-    args = dict(wanted=lambda r: True, keep=lambda p: True, skip=lambda p, d: False, seen=set(), min_packets=0,
-                deadline_s=2.0, poll_s=0.05, fetch_timeout_s=1.0, max_packet_bytes=16 * 2**20)
-    args.update(kw)
+async def _collect(peers, fetch_fn, *, seen=None, taken=None, counted=None, dropped=None, wanted=lambda r: True,
+                   newest=None, min_packets=0, deadline_s=2.0, **limits):
+    """collect_offers counting packets, with the limits as keywords; `seen`, `taken`, `counted` and
+    `dropped` carry over between calls when the caller passes them."""
+    state = Delivery(delivered=dict.fromkeys(seen or (), 0), taken={} if taken is None else taken,
+                     counted=set() if counted is None else counted)
+    limits = CollectLimits(**{"fetch_timeout_s": 1.0, "max_packet_bytes": 16 * 2**20, "max_peer_packets": 4,
+                              "max_peer_bytes": 32 * 2**20, "poll_s": 0.05, **limits})
 
     async def list_peers(timeout):
         return peers
 
-    return await collect_offers(list_peers, fetch_fn, **args)
+    async def fetch(peer, digest, timeout, declared_size):
+        return await fetch_fn(peer, digest, timeout)
+
+    got = await collect_offers(list_peers, fetch, limits, state, wanted=wanted, newest=newest, min_count=min_packets,
+                               deadline_s=deadline_s, count_peers=False)
+    if seen is not None:
+        seen.update(state.delivered)
+    if dropped is not None:
+        dropped.update(got.dropped)
+    return got.packets
 
 
 def _peer(pid, offers) -> PeerInfo:
@@ -200,9 +218,9 @@ def test_a_node_behind_its_peers_does_not_wait_for_what_cannot_come():
 
 @pytest.fixture
 def crafted(tiny_policy, arith):
-    groups = generate_groups(tiny_policy, arith, round_examples(arith, 5, 2, "peer"),
-                             RolloutConfig(group_size=3, max_new_tokens=6), torch.Generator().manual_seed(0))
-    expect = Expectations(run_id="run", tokenizer=tokenizer_fingerprint(tiny_policy.tokenizer), round=5, staleness=2,
+    groups = generate_groups(HFSampler(tiny_policy), tiny_policy, arith, round_examples(arith, 5, 2, "peer"),
+                             RolloutConfig(group_size=3, max_new_tokens=6), seed=0)
+    expect = Expectations(run_id="run", tokenizer=tokenizer_fingerprint(tiny_policy.tokenizer), staleness=2,
                           max_tokens=6)
 
     def packet(gs=None, raw=False, **changes) -> bytes:
@@ -210,9 +228,15 @@ def crafted(tiny_policy, arith):
                       round=5, mode="vertical", groups=groups if gs is None else gs)
         fields.update(changes)
         p = Packet(**fields)
-        return _pack(_normalize(p)) if raw else encode(p)
+        return b"".join(_pieces(_normalize(p))) if raw else encode(p)  # raw: canonical, unvalidated
 
     return tiny_policy, arith, groups, expect, packet
+
+
+def accept_packet(data, remote, expect, task, policy, offered_round=5, admission=None):
+    """Admission of `data` fetched from `remote`, announced for `offered_round`, at our round 5."""
+    admission = admission or Admission(expect, task, policy)
+    return admission.check(Received(remote, offered_round, packet_digest(data), data), 5)
 
 
 def _reason(fn) -> str | None:
@@ -255,7 +279,8 @@ def test_every_hostile_packet_kind_is_rejected_with_its_reason(crafted):
         "stale": packet(round=1),
     }
     for reason, data in cases.items():
-        assert _reason(lambda: accept_packet(data, EVIL, expect, task, policy)) == reason, reason
+        offered = 1 if reason == "stale" else 5
+        assert _reason(lambda: accept_packet(data, EVIL, expect, task, policy, offered)) == reason, reason
     assert _reason(lambda: accept_packet(packet(round=4), EVIL, expect, task, policy, offered_round=5)) == "round_mismatch"
 
 
@@ -265,11 +290,12 @@ def test_lies_about_rewards_and_logprobs_are_bounded_not_trusted(crafted):
     for g in groups:
         for c in g.completions:
             c.reward, c.logprobs = 1.0, np.zeros(len(c.tokens), np.float32)  # "pi_gen = 1, all correct"
-    stats = {}
-    accepted = accept_packet(packet(), EVIL, expect, task, policy, stats=stats)
+    admission = Admission(expect, task, policy)
+    accepted = accept_packet(packet(), EVIL, expect, task, policy, admission=admission)
     truth = [task.reward(policy.decode(c.tokens), task.example(g.example_id)) for g in accepted.groups for c in g.completions]
     assert [c.reward for g in accepted.groups for c in g.completions] == truth
-    assert stats["rewards_corrected"] == sum(t != 1.0 for t in truth) > 0
+    assert admission.take_stats() == {"swarm/rewards_corrected": sum(t != 1.0 for t in truth)}
+    assert sum(t != 1.0 for t in truth) > 0 and admission.take_stats() == {"swarm/rewards_corrected": 0}
 
     # What the loss does with such log-probs: the IS weight is truncated at C and detached, so a
     # lying generator can scale a sequence's gradient by at most C; F-TIS drops A<0 sequences whose
@@ -290,63 +316,56 @@ def test_lies_about_rewards_and_logprobs_are_bounded_not_trusted(crafted):
 
 # ================================================================================ exchange with a fake transport
 
-class FakeSwarm:
-    """What Exchange needs of a Swarm; `collect` returns whatever the test queued."""
+class FakeTransport:
+    """A `Transport` whose `collect` returns whatever the test queued (plus some dropped offers)."""
 
     def __init__(self):
-        self.peer_id, self.stats, self.queue, self.distrusted = ME, {}, [], []
-        self.peer_list: list[PeerInfo] = []
+        self.peer_id, self.queue, self.distrusted, self.offered = ME, [], [], []
 
-    def offer(self, *a):
-        pass
+    def offer(self, round, policy_version, data):
+        self.offered.append((round, policy_version, len(data)))
+        return packet_digest(data)
 
-    def peers(self):
-        return self.peer_list
-
-    def collect(self, wanted, seen, min_packets, deadline_s, dropped=None, count_peers=False, newest=None):
-        dropped.update({"duplicate_round": 3})
+    def collect(self, oldest, newest, min_peers, deadline_s):
         items, self.queue = self.queue, []
-        for item in items:
-            seen.add(item.digest)
-        return items
+        return Collected(items, peers=2, dropped=Counter({"duplicate_round": 3, "stale": 1}))
 
     def distrust(self, peer, digest):
         self.distrusted.append((peer, digest))
 
+    def stats(self):
+        return {}
 
-def test_exchange_counts_every_rejection_and_survives_internal_errors(crafted, monkeypatch):
+    def close(self):
+        pass
+
+
+def test_exchange_counts_every_rejection_and_survives_internal_errors(crafted):
     policy, task, groups, expect, packet = crafted
     cfg = load_config(None, ["swarm.run_id=run", "rollout.max_new_tokens=6"])
-    ex = Exchange(cfg)
-    ex.swarm, ex.policy, ex.task, ex.tokenizer = FakeSwarm(), policy, task, expect.tokenizer
-    good, impostor, garbage = packet(sender=HONEST), packet(sender=HONEST), b"\x00garbage"
-    ex.swarm.queue = [Received(HONEST, 5, packet_digest(good), good), Received(EVIL, 5, "sha256:" + "1" * 64, impostor),
-                      Received(EVIL, 4, "sha256:" + "2" * 64, garbage)]
-    ex.swarm.peer_list = [_peer(EVIL, [(1, "sha256:" + "3" * 64, 10)])]  # an old offer: stale
-    peer_groups, stats = ex.round(5, 3, groups)
-    assert len(peer_groups) == len(groups)
+    transport = FakeTransport()
+    ex = Exchange(transport, cfg.swarm, "tiny-s", expect.tokenizer)
+    admission = Admission(expect, task, policy)
+    ours, theirs = groups[:1], groups[1:]  # a peer's groups are never ours (those would be an echo)
+    good, impostor, garbage = packet(gs=theirs, sender=HONEST), packet(gs=theirs, sender=HONEST), b"\x00garbage"
+    transport.queue = [Received(HONEST, 5, packet_digest(good), good), Received(EVIL, 5, "sha256:" + "1" * 64, impostor),
+                       Received(EVIL, 4, "sha256:" + "2" * 64, garbage)]
+    assert ex.offer(5, 3, ours)["swarm/packet_bytes_out"] > 0 and transport.offered[0][:2] == (5, 3)
+    accepted, stats = ex.collect(5, lambda item: admission.check(item, 5))
+    assert [(peer, len(p.groups)) for peer, p in accepted] == [(HONEST, len(theirs))]
     assert stats["swarm/packets_accepted"] == 1 and stats["swarm/packets_received"] == 3
     assert stats["swarm/rejected/sender_mismatch"] == 1 and stats["swarm/rejected/codec_bad_type"] == 1
     assert stats["swarm/rejected/duplicate_round"] == 3 and stats["swarm/rejected/stale"] == 1
-    assert stats["swarm/packets_rejected"] == 6
-    # the impostor's copy is distrusted and forgotten, so the real sender's copy can still be fetched
-    assert ex.swarm.distrusted == [(EVIL, "sha256:" + "1" * 64)] and "sha256:" + "1" * 64 not in ex.seen
+    assert stats["swarm/packets_rejected"] == 6 and stats["swarm/peers"] == 2
+    # the impostor's copy is distrusted, so the real sender's copy can still be delivered
+    assert transport.distrusted == [(EVIL, "sha256:" + "1" * 64)]
 
-    def boom(*a, **k):
+    def boom(item):
         raise RuntimeError("a bug reached by hostile bytes")
 
-    monkeypatch.setattr("swarm_node.exchange.accept_packet", boom)
-    ex.swarm.queue = [Received(EVIL, 6, "sha256:" + "4" * 64, good)]
-    _, stats = ex.round(6, 4, groups)
+    transport.queue = [Received(EVIL, 6, "sha256:" + "4" * 64, good)]
+    _, stats = ex.collect(6, boom)
     assert stats["swarm/rejected/internal_error"] == 1
-
-
-def test_seen_digests_are_forgotten_after_the_staleness_window():
-    ex = Exchange(load_config(None, []))
-    for r in range(100):
-        ex._see(f"d{r}", r)
-        ex._forget(r - ex.cfg.swarm.staleness - 8)
-    assert len(ex.seen) == len(ex.seen_round) == ex.cfg.swarm.staleness + 8 + 1
 
 
 # ================================================================================ crash-safe files (unit)
@@ -579,22 +598,23 @@ def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
     """A real peer process that accepts every fetch stream and never answers (tests/adversary.py
     --mode stall, 6 offers): one fetch costs the fetch timeout, it never delays an honest peer's
     packet, and a round that waits for it ends at the deadline."""
-    from swarm_node.swarm import Swarm, SwarmSettings
+    from swarm_node.config import SwarmConfig
+    from swarm_node.net.hivemind import HivemindTransport
 
     timeout = 2.0
     local = ["/ip4/127.0.0.1/tcp/0"]
-    honest = Swarm(SwarmSettings(run_id="stall", host_maddrs=local), "m", "tok")
+    honest = HivemindTransport(SwarmConfig(run_id="stall", host_maddrs=local), "m", "tok")
     fetcher = None
     try:
         honest.start()
         staller = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--mode", "stall", "--offers", "6",
-                              "--peers", honest.visible_maddrs()[0], "--run-id", "stall", "--seconds", "120"]))
+                              "--peers", honest.join_addrs()[0], "--run-id", "stall", "--seconds", "120"]))
         stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
-        fetcher = Swarm(SwarmSettings(run_id="stall", host_maddrs=local, initial_peers=honest.visible_maddrs()[:1],
-                                      fetch_timeout_s=timeout), "m", "tok")
+        fetcher = HivemindTransport(SwarmConfig(run_id="stall", host_maddrs=local, peers=honest.join_addrs()[:1],
+                                                fetch_timeout_s=timeout), "m", "tok")
         fetcher.start()
         data = os.urandom(50_000)
-        honest.offer(1, 1, data, packet_digest(data))
+        honest.offer(1, 1, data)
         deadline = time.monotonic() + 30
         while sum(bool(p.offers) for p in fetcher.peers()) < 2:
             assert time.monotonic() < deadline, fetcher.peers()
@@ -604,25 +624,179 @@ def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
         t0 = time.monotonic()
         assert fetcher.fetch(stall_id, stalled[0][1]) is None
         one = time.monotonic() - t0
-        assert one < timeout + 1.0 and fetcher.stats["fetch_timeouts"] == 1
+        assert one < timeout + 1.0 and fetcher.stats()["fetch_timeouts"] == 1
 
         t0 = time.monotonic()
-        got = fetcher.collect(range(1, 4), set(), min_packets=1, deadline_s=20)
+        got = fetcher.collect(1, 3, min_peers=1, deadline_s=20).packets
         first = time.monotonic() - t0
         assert [r.peer_id for r in got] == [honest.peer_id] and first < timeout
 
-        seen = {packet_digest(data)}
-        before = fetcher.stats["fetch_timeouts"]
+        before = fetcher.stats()["fetch_timeouts"]  # the honest packet is delivered now: only the staller is left
         t0 = time.monotonic()
-        assert fetcher.collect(range(1, 4), seen, min_packets=1, deadline_s=6.0) == []
-        waited, timeouts = time.monotonic() - t0, fetcher.stats["fetch_timeouts"] - before
+        assert fetcher.collect(1, 3, min_peers=1, deadline_s=6.0).packets == []
+        waited, timeouts = time.monotonic() - t0, fetcher.stats()["fetch_timeouts"] - before
         print(f"\nstalled peer: one fetch {one:.2f} s (timeout {timeout} s); honest packet beside it in {first:.2f} s; "
               f"a 6 s wait for it: {waited:.2f} s, {timeouts} timed-out fetches (one at a time)")
         assert 5.9 < waited < 6.0 + 1.5 and 1 <= timeouts <= 6.0 / timeout + 1
     finally:
         for sw in (fetcher, honest):
             if sw is not None:
-                sw.shutdown()
+                sw.close()
+
+
+
+def _hivemind(**kw):
+    from swarm_node.config import SwarmConfig
+    from swarm_node.net.hivemind import HivemindTransport
+
+    return HivemindTransport(SwarmConfig(host_maddrs=["/ip4/127.0.0.1/tcp/0"], **kw), "m", "tok")
+
+
+@pytest.mark.slow
+def test_a_staller_does_not_hide_an_honest_packet_published_during_the_wait(procs):
+    """Issue 18 point 3: a real staller (accepts every fetch stream, never answers; 6 offers) is being
+    fetched from when an honest peer publishes. The offer is seen while that fetch is pending and
+    the honest packet arrives well within one fetch timeout of its publication, instead of after
+    the staller's offers x fetch timeout (30 s here: the old loop re-read offers only between passes)."""
+    timeout = 5.0
+    honest = _hivemind(run_id="stall-late")
+    fetcher = None
+    try:
+        honest.start()
+        staller = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--mode", "stall", "--offers", "6",
+                              "--peers", honest.join_addrs()[0], "--run-id", "stall-late", "--seconds", "150"]))
+        stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
+        fetcher = _hivemind(run_id="stall-late", peers=honest.join_addrs()[:1], fetch_timeout_s=timeout)
+        fetcher.start()
+        deadline = time.monotonic() + 60
+        while not any(p.peer_id == stall_id and p.offers for p in fetcher.peers()):
+            assert time.monotonic() < deadline, fetcher.peers()
+            time.sleep(0.3)
+        result: dict = {}
+
+        def collect():
+            t0 = time.monotonic()
+            result["packets"] = fetcher.collect(1, 3, min_peers=1, deadline_s=30).packets
+            result["start"], result["end"] = t0, time.monotonic()
+
+        waiter = threading.Thread(target=collect)
+        waiter.start()
+        time.sleep(1.5)  # the staller's first fetch is pending now
+        published = time.monotonic()
+        honest.offer(2, 2, os.urandom(20_000))
+        waiter.join(60)
+        latency, total = result["end"] - published, result["end"] - result["start"]
+        timeouts = fetcher.stats()["fetch_timeouts"]
+        print(f"\nstaller + late honest publisher: honest packet delivered {latency:.2f} s after it was published "
+              f"(fetch timeout {timeout} s); the collect took {total:.2f} s, {timeouts} stalled fetches timed out")
+        assert [r.peer_id for r in result["packets"]] == [honest.peer_id]
+        assert latency < timeout  # one stalled peer costs at most one fetch timeout; here it cost nothing
+    finally:
+        for sw in (fetcher, honest):
+            if sw is not None:
+                sw.close()
+
+
+NOFILE = 1024  # the common default soft limit; the victim runs with it as its hard limit too (cannot raise)
+LIMITED_JOIN = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}));"
+                "runpy.run_module('swarm_node', run_name='__main__', alter_sys=True)").format(n=NOFILE)
+VICTIM = ["--model", "tiny-s", "--set", "rollout.group_size=4", "--set", "rollout.max_new_tokens=10",
+          "--set", "task.eval_limit=4", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
+          "--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=4", "--set", "swarm.linger_s=0",
+          "--set", "threads=1"]
+
+
+def _fds_and_memory(pid: int) -> tuple[int, int, int]:
+    """(open fds of the node, of its p2pd, p2pd RSS bytes)."""
+    node = psutil.Process(pid)
+    p2pd = [c for c in node.children() if "p2pd" in c.name()]
+    return node.num_fds(), sum(c.num_fds() for c in p2pd), sum(c.memory_info().rss for c in p2pd)
+
+
+@pytest.mark.slow
+def test_ten_thousand_held_open_streams_leave_fds_and_logs_bounded(tmp_path, procs):
+    """Issue 18 point 5: a real hostile process opens 10,000 fetch streams to a `swarm-node join` node
+    (2,000 held at once, never sending a request) while the node runs with a 1,024 open-files limit.
+    Streams beyond 4 per peer are answered busy at once, so the node's fds, its p2pd's, and its log
+    stay bounded, and it keeps training. (Before: 7,949 fds and 48 MB of node.log in 90 s.)"""
+    node = procs(Proc([sys.executable, "-c", LIMITED_JOIN, "join", "--out", str(tmp_path / "node"),
+                       "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--run-id", "streams", "--rounds", "400", *VICTIM],
+                      tmp_path / "node"))
+    address = node.address()
+    node.wait_rows(lambda rows: len(rows) >= 2, 180, "the node's first rounds")
+    log = tmp_path / "node" / "node.log"
+    log_before, out_before, rounds_before = log.stat().st_size, len(node.text(10**9)), len(node.rows())
+    base = _fds_and_memory(node.proc.pid)
+    attacker = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--mode", "streams", "--streams", "10000",
+                           "--concurrency", "2000", "--peers", address, "--run-id", "streams", "--seconds", "120"]))
+    peak = list(base)
+    while attacker.proc.poll() is None:
+        peak = [max(a, b) for a, b in zip(peak, _fds_and_memory(node.proc.pid))]
+        time.sleep(0.2)
+    assert attacker.wait(10) == 0, attacker.text()
+    report = json.loads(attacker.wait_line("STREAMS").split(" ", 1)[1])
+    time.sleep(2)
+    log_growth, out_growth = log.stat().st_size - log_before, len(node.text(10**9)) - out_before
+    rounds = len(node.rows()) - rounds_before
+    print(f"\n{report['opened']} streams opened in {report['seconds']:.1f} s ({report['ends']}; at most "
+          f"{report['max_open']} open at once on the attacker's side, median {report['held_median_s']:.2f} s until the "
+          f"node closed one); node fds {base[0]} -> peak {peak[0]} (limit {NOFILE}), p2pd fds {base[1]} -> {peak[1]}, "
+          f"p2pd RSS {base[2] / 2**20:.0f} -> {peak[2] / 2**20:.0f} MB; node.log +{log_growth} B, output "
+          f"+{out_growth} B; {rounds} rounds trained meanwhile")
+    assert report["opened"] >= 9_000 and report["ends"].get("held", 0) <= 8  # refused, not held
+    assert peak[0] < 600 and peak[1] < 1_000 and peak[2] < 512 * 2**20
+    assert log_growth < 64 * 1024 and out_growth < 64 * 1024
+    assert "Too many open files" not in log.read_text() + node.text(10**9)
+    assert rounds >= 1 and node.proc.poll() is None
+
+
+HOSTILE_VICTIM = [*VICTIM, "--set", "swarm.deadline_s=6", "--set", "rollout.prompts_per_round=2"]
+
+
+def _victim_and_hostile(tmp_path, procs, run_id: str, mode: list[str], rounds: int) -> tuple[list[dict], dict]:
+    """A `swarm-node join` node and one hostile peer process (`adversary.py` with `mode`) for `rounds` rounds."""
+    node = procs(Proc.join([*HOSTILE_VICTIM, "--run-id", run_id, "--rounds", str(rounds)], tmp_path / "node"))
+    evil = procs(Proc([sys.executable, str(TESTS / "adversary.py"), *mode, "--peers", node.address(),
+                       "--run-id", run_id, "--seconds", "400", "--until-round", str(rounds),
+                       "--summary", str(tmp_path / "adversary.json")]))
+    evil.wait_line("ADVERSARY", 180)
+    assert node.wait(400) == 0, node.text()
+    evil.proc.terminate()
+    evil.wait(60)
+    return node.rows(), json.loads((tmp_path / "adversary.json").read_text())
+
+
+def _total(rows: list[dict], key: str) -> int:
+    return sum(row.get(key, 0) for row in rows)
+
+
+@pytest.mark.slow
+def test_a_peer_echoing_our_own_packets_is_rejected_and_never_ends_the_wait(tmp_path, procs):
+    """Issue 18 point 6: a real peer fetches the node's packets, re-signs them as its own (sender, created_at,
+    claimed rewards) and offers them back: each is rejected as `echo`, none is trained on, and a round
+    with only echoes waits for a real peer until its deadline."""
+    rows, summary = _victim_and_hostile(tmp_path, procs, "echo", ["--mode", "echo"], rounds=8)
+    echoes = _total(rows, "swarm/rejected/echo")
+    waits = [round(r["time/exchange_s"], 1) for r in rows if r.get("swarm/rejected/echo")]
+    print(f"\nechoes offered {len(summary['kinds'].get('echo', []))}, rejected as echo {echoes}, accepted "
+          f"{_total(rows, 'swarm/packets_accepted')}; exchange time of rounds with echoes {waits} s (deadline 6 s)")
+    assert echoes >= 2 and _total(rows, "swarm/packets_accepted") == 0 and _total(rows, "swarm/peer_groups_used") == 0
+    assert all(w >= 5.9 for w in waits)  # an echo never ends the wait
+
+
+@pytest.mark.slow
+def test_64_completion_groups_from_a_peer_are_rejected(tmp_path, procs):
+    """Issue 18 point 4: a real peer offers valid packets (the task's prompts, real completions) whose groups
+    hold 64 completions where the run samples 4: each is rejected as `group_size`, so the node's
+    training compute per step stays its own (the attack made a step train 1,560 sequences instead of 48)."""
+    rows, summary = _victim_and_hostile(tmp_path, procs, "amplify", ["--mode", "amplify", "--group-size", "64"],
+                                        rounds=6)
+    offered, rejected = len(summary["kinds"].get("amplify", [])), _total(rows, "swarm/rejected/group_size")
+    sequences = max(r.get("train/sequences", 0) for r in rows)
+    print(f"\n64-completion packets offered {offered}, rejected as group_size {rejected}, accepted "
+          f"{_total(rows, 'swarm/packets_accepted')}; largest training step {sequences} sequences (own: 2 x 4)")
+    assert rejected >= 1 and _total(rows, "swarm/packets_accepted") == 0 and _total(rows, "swarm/completions_in") == 0
+    assert sequences <= 2 * 4
 
 
 CHECKPOINT_KILLER = textwrap.dedent("""

@@ -1,10 +1,16 @@
 """Rollout: groups carry the exact prompt, generator log-probs and rewards from the task."""
 
 import numpy as np
-import torch
+import pytest
 
 from swarm_node.config import RolloutConfig
-from swarm_node.rollout import generate_groups, group_stats, prompt_tokens, round_examples, score
+from swarm_node.rollout import (OWN, RolloutBuffer, combine, generate_groups, group_stats, prompt_tokens, round_examples,
+                                round_seed, score)
+from swarm_node.sampling.hf import HFSampler
+
+
+def _groups(policy, task, examples, cfg, seed=0):
+    return generate_groups(HFSampler(policy), policy, task, examples, cfg, seed)
 
 
 def test_round_examples_are_a_pure_function_of_key_and_round(arith):
@@ -18,7 +24,7 @@ def test_round_examples_are_a_pure_function_of_key_and_round(arith):
 def test_generate_groups(tiny_policy, arith):
     examples = round_examples(arith, 1, 2, "k")
     cfg = RolloutConfig(group_size=3, prompts_per_round=2, max_new_tokens=6)
-    groups = generate_groups(tiny_policy, arith, examples, cfg, torch.Generator().manual_seed(0))
+    groups = _groups(tiny_policy, arith, examples, cfg)
     assert [g.example_id for g in groups] == [ex.id for ex in examples]
     for g, ex in zip(groups, examples):
         assert g.task == "arith" and g.prompt_tokens.dtype == np.uint32
@@ -33,7 +39,7 @@ def test_generate_groups(tiny_policy, arith):
 def test_score_recomputes_rewards_from_gold(tiny_policy, arith):
     ex = arith.split("train")[5]
     cfg = RolloutConfig(group_size=2, max_new_tokens=2)
-    [group] = generate_groups(tiny_policy, arith, [ex], cfg)
+    [group] = _groups(tiny_policy, arith, [ex], cfg)
     right = np.asarray(tiny_policy.encode(arith.reference_completion(ex)), dtype=np.uint32)
     group.completions[0].tokens, group.completions[0].reward = right, 0.0
     group.completions[1].reward = 1.0  # a false claim
@@ -43,8 +49,7 @@ def test_score_recomputes_rewards_from_gold(tiny_policy, arith):
 
 
 def test_group_stats(tiny_policy, arith):
-    groups = generate_groups(tiny_policy, arith, round_examples(arith, 1, 2, "k"),
-                             RolloutConfig(group_size=2, max_new_tokens=3))
+    groups = _groups(tiny_policy, arith, round_examples(arith, 1, 2, "k"), RolloutConfig(group_size=2, max_new_tokens=3))
     groups[0].completions[0].reward = 1.0
     stats = group_stats(groups, prefix="peer/")
     rewards = [c.reward for g in groups for c in g.completions]
@@ -52,3 +57,82 @@ def test_group_stats(tiny_policy, arith):
     assert stats["peer/completions/clipped_ratio"] == np.mean(
         [c.finish_reason == "length" for g in groups for c in g.completions])
     assert group_stats([]) == {}
+
+
+def test_round_seed_is_a_pure_function_of_seed_and_round():
+    assert round_seed(0, 3) == round_seed(0, 3)
+    assert len({round_seed(0, 3), round_seed(0, 4), round_seed(1, 3)}) == 3
+
+
+def test_buffer_takes_own_groups_and_a_fair_share_of_peer_groups():
+    own, a, b, c = (object() for _ in range(4))
+    buffer = RolloutBuffer(max_peer_groups=4, peer_groups_per_own=2.0, max_peer_share=1.0)
+    buffer.add([own, own], OWN, 7, 3)
+    buffer.add([a] * 5, "a", 2, 3)
+    buffer.add([c] * 3, "c", 5, 2)
+    buffer.add([b], "b", 1, 3)
+    taken = buffer.take(0)
+    assert [x.group for x in taken] == [own, own, a, b, c, a]  # b's only group makes it despite a's flood
+    assert [(x.source, x.policy_version, x.round) for x in taken[:3]] == [(OWN, 7, 3), (OWN, 7, 3), ("a", 2, 3)]
+    assert buffer.take() == []  # drained: unused peer groups are not carried over
+    buffer.max_peer_groups, buffer.peer_groups_per_own = 100, 100.0
+    buffer.add([own], OWN, 7, 3)
+    buffer.add([a] * 5, "a", 2, 3)
+    buffer.add([b], "b", 1, 3)
+    buffer.add([c] * 3, "c", 5, 2)
+    assert [x.group for x in buffer.take(0)][1:] == [a, b, c, a, c, a, c, a, a]
+    buffer.max_peer_groups = 0
+    buffer.add([own], OWN, 7, 3)
+    buffer.add([a], "a", 2, 3)
+    assert [x.group for x in buffer.take()] == [own]
+
+
+@pytest.mark.parametrize("n_own, ratio, share, peers, expected_peer_groups, most_from_one", [
+    (2, 1.0, 0.5, {"liar": 24}, 1, 1),  # a lone liar with 24 groups: 1 of 3 groups in the step
+    (2, 1.0, 0.5, {"liar": 24, "h1": 2, "h2": 2}, 2, 1),  # honest peers dilute it
+    (1, 1.0, 1.0, {"peer": 5}, 1, 1),  # the paper's batch: 1 own + 1 peer group
+    (2, 0.0, 0.5, {"peer": 5}, 0, 0),  # own data only
+    (4, 1.5, 0.25, {"a": 9, "b": 9, "c": 9}, 6, 2),
+])
+def test_peer_influence_is_bounded_relative_to_own_data(n_own, ratio, share, peers, expected_peer_groups, most_from_one):
+    buffer = RolloutBuffer(max_peer_groups=24, peer_groups_per_own=ratio, max_peer_share=share)
+    buffer.add([object() for _ in range(n_own)], OWN, 0, 1)
+    for peer, n in peers.items():
+        buffer.add([object() for _ in range(n)], peer, 0, 1)
+    for round_index in range(4):  # the bound holds whichever peer the round-robin starts with
+        if round_index:
+            buffer.add([object() for _ in range(n_own)], OWN, 0, 1)
+            for peer, n in peers.items():
+                buffer.add([object() for _ in range(n)], peer, 0, 1)
+        sources = [x.source for x in buffer.take(round_index)]
+        assert sources[:n_own] == [OWN] * n_own
+        assert len(sources) - n_own == expected_peer_groups <= ratio * n_own
+        assert max([sources.count(p) for p in peers], default=0) == most_from_one
+
+
+def test_horizontal_buffer_takes_one_group_per_prompt_per_peer():
+    def g(example_id):
+        return type("G", (), {"example_id": example_id})()
+
+    buffer = RolloutBuffer(max_peer_groups=24, horizontal=True)
+    buffer.add([g("x"), g("y")], OWN, 0, 1)
+    buffer.add([g("x"), g("x"), g("z"), g("y")], "flood", 0, 1)
+    buffer.add([g("y")], "honest", 0, 1)
+    taken = buffer.take(0)
+    assert [(x.source, x.group.example_id) for x in taken[2:]] == [("flood", "x"), ("honest", "y"), ("flood", "y")]
+
+
+@pytest.mark.parametrize("mode", ["vertical", "horizontal"])
+def test_combine(tiny_policy, arith, mode):
+    groups = _groups(tiny_policy, arith, round_examples(arith, 5, 2, "peer"), RolloutConfig(group_size=3, max_new_tokens=4))
+    peer_copy = [type(g)(g.task, g.example_id, g.prompt_tokens, list(g.completions)) for g in groups]
+    buffer = RolloutBuffer(max_peer_groups=10, horizontal=mode == "horizontal")
+    buffer.add(groups, OWN, 0, 1)
+    buffer.add(peer_copy, "peer", 0, 1)
+    batch = combine(buffer.take(), mode)
+    if mode == "vertical":
+        assert len(batch) == 4
+    else:
+        assert [g.example_id for g in batch] == [g.example_id for g in groups]
+        assert all(len(g.completions) == 6 for g in batch)
+    assert len(groups[0].completions) == 3  # inputs untouched

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarm_node.tasks import TASKS, Example, Task, extract_answer, load_task
+from swarm_node.tasks import TaskError, TASKS, Example, Task, extract_answer, load_task
 from swarm_node.tasks.answer import parse_number
 from swarm_node.tasks.arith import ArithTask, is_test_problem
 from swarm_node.tasks.deadline import call_with_deadline
@@ -295,7 +295,7 @@ def test_arith_options():
         ArithTask(digits=0)
     with pytest.raises(ValueError):
         ArithTask(test_size=0)
-    with pytest.raises(ValueError, match="takes no data"):
+    with pytest.raises(TaskError, match="takes no data"):
         load_task("arith", "somewhere")
 
 
@@ -304,13 +304,13 @@ def test_arith_options():
 
 def test_load_task_errors(tmp_path):
     assert set(TASKS) == {"gsm8k", "math500", "arith"}
-    with pytest.raises(ValueError, match="unknown task"):
+    with pytest.raises(TaskError, match="unknown task"):
         load_task("mnist")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(TaskError, match="no such|none of|holds none"):
         load_task("gsm8k", str(tmp_path / "missing"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(TaskError, match="no such|none of|holds none"):
         load_task("gsm8k", "./nope/train.jsonl")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(TaskError, match="no such|none of|holds none"):
         load_task("gsm8k", str(tmp_path))  # a dir with no train/test.jsonl
 
 
@@ -319,7 +319,7 @@ def test_default_data_from_env(toy_root, monkeypatch):
     assert len(load_task("gsm8k").split("train")) == len(TOY_GSM8K)
     assert len(load_task("math500").split("test")) == len(TOY_MATH)
     monkeypatch.setenv("SWARM_NODE_DATA", str(toy_root / "nothing"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(TaskError, match="has no 'gsm8k' directory"):
         load_task("gsm8k")
 
 
@@ -447,3 +447,160 @@ def test_call_with_deadline(on_thread):
     else:
         run()
     assert len(outcome) == 3 and outcome[0] < 5 and outcome[1:] == ["fast", "done"]
+
+
+# --------------------------------------------------------------------------- answers as Qwen2.5 writes them
+# The decisions and their reasons are the table in swarm_node/tasks/answer.py's docstring.
+
+
+@pytest.mark.parametrize(
+    ("completion", "reward"),
+    [
+        ("#### 72 clips", 0.0),  # trailing words: "72 or 73" would pass too
+        ("#### \\boxed{72}", 1.0),
+        ("**#### 72**", 1.0),
+        ("#### $72$", 1.0),
+        ("#### 72.", 1.0),
+        ("#### 72.00", 1.0),
+        ("#### **72**", 1.0),
+        ("**Answer: #### 72**", 1.0),  # bold opened before the marker, closed at the line's end
+        ("#### $\\boxed{72}$", 1.0),
+        ("#### \\(72\\)", 1.0),
+        ("#### \\$72", 1.0),  # LaTeX-escaped currency sign, like "$72"
+        ("#### $72$.", 1.0),
+        ("Natalia sold 48 + 24 = 72 clips.\n**#### 72**\n", 1.0),
+        ("#### \\boxed{73}", 0.0),
+        ("**#### 73**", 0.0),
+        ("#### 72 or 73", 0.0),
+        ("#### $72$ or $73$", 0.0),
+        ("#### \\boxed{72} clips", 0.0),
+        ("#### $72$ dollars", 0.0),
+        ("#### 72%", 0.0),
+        ("**Answer:** #### 72**", 0.0),  # the bold before the marker is closed: "72**" is not a number
+        ("#### 72**", 0.0),
+        ("#### \\boxed{72}\nDone.", 0.0),  # the format rule is unchanged: nothing after the answer line
+        ("**#### 72**\n#### 72", 0.0),
+        ("#### \\boxed{\\boxed{72}}", 0.0),
+    ],
+)
+def test_qwen_answer_forms(toy_gsm8k, arith, completion, reward):
+    ex = toy_gsm8k.example("train/0")
+    assert ex.answer == "72"
+    assert toy_gsm8k.reward(completion, ex) == reward
+    assert arith.reward(completion, Example("test/0", "What is 70 plus 2?", "72")) == reward
+
+
+def test_thousands_forms(toy_gsm8k, arith):
+    big = toy_gsm8k.example("train/1")
+    for c in ("#### 1,200", "#### \\boxed{1,200}", "#### $1,200$", "**#### 1,200**", "#### \\$1,200.00"):
+        assert toy_gsm8k.reward(c, big) == 1.0, c
+    thousand = Example("test/0", "What is 999 plus 1?", "1000")
+    for c in ("#### 1,000", "#### 1000.", "#### \\boxed{1000}"):
+        assert arith.reward(c, thousand) == 1.0, c
+    for c in ("#### 1,00", "#### 1.000,00", "#### \\boxed{1,000} apples"):
+        assert arith.reward(c, thousand) == 0.0, c
+
+
+@pytest.mark.parametrize(
+    ("completion", "plain", "numeric"),
+    [
+        ("#### 72", True, True),
+        ("#### 73", True, True),  # a wrong number is a wrong answer, not a format failure
+        ("#### \\boxed{72}", True, True),
+        ("**#### 72**", True, True),
+        ("#### 72 clips", True, False),  # not a number: a format failure for numeric tasks
+        ("#### \\frac{1}{2}", True, False),
+        ("The answer is 72.", False, False),
+        ("#### 72\n#### 72", False, False),
+        ("#### 72\nI hope this helps", False, False),
+        ("", False, False),
+        (None, False, False),
+    ],
+)
+def test_format_ok(completion, plain, numeric):
+    from swarm_node.tasks.answer import format_ok
+
+    assert format_ok(completion) is plain
+    assert format_ok(completion, numeric=True) is numeric
+
+
+def test_task_format_ok_follows_numeric_answers(toy_gsm8k, toy_math, monkeypatch):
+    from swarm_node.tasks.gsm8k import GSM8KTask
+
+    assert toy_math.numeric_answers is False and toy_math.format_ok("#### \\frac{1}{2}")
+    monkeypatch.setattr(GSM8KTask, "numeric_answers", True)  # what gsm8k and arith declare
+    assert toy_gsm8k.format_ok("#### 1,200") and not toy_gsm8k.format_ok("#### 1,200 dollars")
+    assert not toy_gsm8k.format_ok("#### 72\nmore")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(completion=completions)
+def test_reward_one_implies_format_ok(toy_gsm8k, completion):
+    from swarm_node.tasks.answer import format_ok
+
+    for ex in toy_gsm8k.split("train"):
+        if toy_gsm8k.reward(completion, ex) == 1.0:
+            assert format_ok(completion, numeric=True)
+
+
+# --------------------------------------------------------------------------- prompts for chat models
+
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def chat_tokenizer(eos: str, name: str = "", template: str | None = CHATML):
+    """A word-level fast tokenizer with a ChatML template (the shape of Qwen2.5's), built locally."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
+    core = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(specials)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=eos, unk_token="<unk>", chat_template=template)
+    tok.name_or_path = name
+    return tok
+
+
+def test_render_prompt_with_a_chat_template(toy_gsm8k):
+    from swarm_node.tasks.prompt import render_prompt, uses_chat_template
+
+    ex = toy_gsm8k.example("train/0")
+    plain = toy_gsm8k.prompt(ex)
+    instruct = chat_tokenizer(eos="<|im_end|>")  # Qwen2.5-Instruct: the template's turn end is the EOS
+    user_turn = f"<|im_start|>user\n{plain.rstrip()}<|im_end|>\n<|im_start|>assistant\n"
+    assert uses_chat_template(instruct, "auto")
+    assert render_prompt(toy_gsm8k, ex, instruct) == user_turn
+    assert render_prompt(toy_gsm8k, ex, instruct, system="Be brief.") == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n" + user_turn)
+    assert render_prompt(toy_gsm8k, ex, instruct, chat="off") == plain
+    assert render_prompt(toy_gsm8k, ex, instruct, chat="off", system="Be brief.") == "Be brief.\n\n" + plain
+
+
+def test_auto_keeps_base_models_plain(toy_gsm8k):
+    """Qwen2.5 base checkpoints ship the ChatML template but stop on <|endoftext|>, which it never emits."""
+    from swarm_node.tasks.prompt import render_prompt, uses_chat_template
+
+    ex = toy_gsm8k.example("train/0")
+    base = chat_tokenizer(eos="<|endoftext|>", name="Qwen/Qwen2.5-3B")
+    assert not uses_chat_template(base, "auto")
+    assert render_prompt(toy_gsm8k, ex, base) == toy_gsm8k.prompt(ex)
+    assert render_prompt(toy_gsm8k, ex, base, chat="on").startswith("<|im_start|>user\n")
+    named = chat_tokenizer(eos="<|endoftext|>", name="/models/Qwen2.5-3B-Instruct")
+    assert uses_chat_template(named, "auto")  # the name says instruction-tuned
+    mistral_like = chat_tokenizer(eos="</s>", template=CHATML.replace("'<|im_end|>\\n'", "eos_token"))
+    assert uses_chat_template(mistral_like, "auto")  # the template ends turns with {{ eos_token }}
+
+
+def test_render_prompt_without_a_chat_template(arith):
+    from swarm_node.backend import char_tokenizer
+    from swarm_node.tasks.prompt import PromptError, render_prompt
+
+    ex = arith.split("test")[0]
+    tok = char_tokenizer()
+    assert not getattr(tok, "chat_template", None)
+    assert render_prompt(arith, ex, tok) == arith.prompt(ex) == render_prompt(arith, ex, tok, chat="off")
+    with pytest.raises(PromptError, match="has no chat template"):
+        render_prompt(arith, ex, tok, chat="on")
+    with pytest.raises(PromptError, match="must be one of"):
+        render_prompt(arith, ex, tok, chat="yes")

@@ -6,12 +6,13 @@ import torch
 from swarm_node.backend import Policy
 from swarm_node.config import ModelConfig, NodeConfig, RolloutConfig
 from swarm_node.rollout import generate_groups, round_examples
+from swarm_node.sampling.hf import HFSampler
 from swarm_node.trainer import Trainer
 
 
 def _groups_with_signal(policy, task):
-    groups = generate_groups(policy, task, round_examples(task, 1, 2, "t"), RolloutConfig(group_size=4, max_new_tokens=5),
-                             torch.Generator().manual_seed(0))
+    groups = generate_groups(HFSampler(policy), policy, task, round_examples(task, 1, 2, "t"),
+                             RolloutConfig(group_size=4, max_new_tokens=5), seed=0)
     for g in groups:  # make every group informative: two right, two wrong
         for i, c in enumerate(g.completions):
             c.reward = float(i % 2)
@@ -50,7 +51,9 @@ def test_groups_without_signal_take_no_step(tiny_policy, arith):
     for g in groups:
         for c in g.completions:
             c.reward = 1.0
-    trainer = Trainer(tiny_policy, NodeConfig())
+    cfg = NodeConfig()
+    cfg.train.lr = 1e-3
+    trainer = Trainer(tiny_policy, cfg)
     before = [p.detach().clone() for p in tiny_policy.trainable_parameters()]
     stats = trainer.step(groups)
     assert stats["train/active_frac"] == 0.0 and trainer.policy_version == 0
@@ -62,11 +65,50 @@ def test_micro_batching_matches_one_big_batch(arith):
     grads = []
     for micro in (1, 8):
         cfg = NodeConfig()
-        cfg.train.micro_batch, cfg.train.max_grad_norm = micro, 0.0
+        cfg.train.lr, cfg.train.micro_batch, cfg.train.max_grad_norm = 1e-3, micro, 0.0
         policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
         trainer = Trainer(policy, cfg)
-        trainer.optimizer.step = lambda: None  # keep weights: compare gradients only
+        # keep weights, compare the gradients the optimizer would apply (the trainer frees them after the step)
+        trainer.optimizer.step = lambda: grads.append([p.grad.clone() for p in policy.trainable_parameters()])
         trainer.step(_groups_with_signal(policy, arith))
-        grads.append([p.grad.clone() for p in policy.trainable_parameters()])
+        assert all(p.grad is None for p in policy.trainable_parameters())  # not kept through generation
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_bf16_compute_keeps_float32_master_weights_that_absorb_tiny_updates(arith):
+    """A bf16 weight cannot absorb an AdamW update at lr 1e-6 (most fall below its resolution):
+    with bf16 compute every trainable parameter must still be float32 and move."""
+    cfg = NodeConfig()
+    cfg.train.lr = 1e-6
+    policy = Policy.load(ModelConfig(name="tiny-s", dtype="bfloat16"))
+    assert policy.compute_dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in policy.trainable_parameters())
+    trainer = Trainer(policy, cfg)
+    groups = _groups_with_signal(policy, arith)
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    for _ in range(5):
+        trainer.step(groups)
+    changed = sum(int((p != b).sum()) for p, b in zip(policy.trainable_parameters(), before))
+    total = sum(b.numel() for b in before)
+    assert changed / total > 0.99, f"only {changed / total:.1%} of trainable weights changed"
+
+
+def test_bf16_lora_stores_the_frozen_base_in_bf16_and_the_adapter_in_float32():
+    policy = Policy.load(ModelConfig(name="tiny-s", dtype="bfloat16", lora_r=4))
+    frozen = [p for p in policy.model.parameters() if not p.requires_grad]
+    assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
+    assert all(p.dtype == torch.float32 for p in policy.trainable_parameters())
+
+
+def test_training_forward_builds_no_kv_cache_and_the_head_runs_in_float32(arith):
+    """The training forward must not keep a KV cache (memory), and with bf16 compute the LM head
+    still gets float32 hidden states so generation and training log-probs are float32 logits."""
+    policy = Policy.load(ModelConfig(name="tiny-s", dtype="bfloat16"))
+    seen = {}
+    policy.model.get_decoder().register_forward_pre_hook(
+        lambda mod, args, kwargs: seen.__setitem__("use_cache", kwargs.get("use_cache")), with_kwargs=True)
+    policy.model.get_output_embeddings().register_forward_pre_hook(
+        lambda mod, args: seen.__setitem__("head_dtype", args[0].dtype))
+    policy.token_logprobs([[5, 6, 7]], [[8, 9]])
+    assert seen == {"use_cache": False, "head_dtype": torch.float32}

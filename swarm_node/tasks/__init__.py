@@ -64,6 +64,7 @@ from __future__ import annotations
 import os
 
 from swarm_node.tasks.answer import extract_answer
+from swarm_node.errors import SwarmNodeError
 from swarm_node.tasks.base import Example, Task
 
 __all__ = ["Example", "Task", "TASKS", "load_task", "extract_answer"]
@@ -86,15 +87,21 @@ def load_task(name: str, data: str | os.PathLike | None = None, **options) -> Ta
             ``math500``: ``timeout_s`` (5.0), ``max_answer_chars`` (500).
 
     Raises:
-        ValueError: unknown task, bad options, or ``data`` given for ``arith``.
-        FileNotFoundError: ``data`` names a local path that does not exist.
+        TaskError: unknown task, bad options, ``data`` given for ``arith``, data that does not
+            exist, cannot be read or is malformed (all user-caused; one clear message).
     """
     if not isinstance(options, dict):
-        raise ValueError(f"task options must be a mapping, got {options!r}")
+        raise TaskError(f"task options must be a mapping, got {options!r}")
     try:
         return _build_task(name, data, **options)
     except TypeError as e:  # an option the task does not take, e.g. task.options={digit: 2}
-        raise ValueError(f"bad options for task {name!r}: {e}") from None
+        raise TaskError(f"bad options for task {name!r}: {e}") from None
+    except (ValueError, OSError) as e:  # unknown task, bad option value, missing or malformed data
+        raise TaskError(f"task {name!r}: {e}") from None
+
+
+class TaskError(SwarmNodeError):
+    """A task that cannot be built as configured (name, options or data)."""
 
 
 def _build_task(name: str, data, **options) -> Task:

@@ -55,7 +55,13 @@ def is_test_problem(op: str, a: int, b: int) -> bool:
 class ArithTask(Task):
     """Seeded synthetic arithmetic; see the module docstring."""
 
+    numeric_answers = True  # the answer must be a number: `#### 72 clips` is a format failure
     name = "arith"
+
+    @property
+    def max_new_tokens(self) -> int:
+        """`#### ` + a sign + digits + 1 + EOS, with room for a mistake: digits + 10 tokens (char tokenizer)."""
+        return self.digits + 10
 
     def __init__(
         self,

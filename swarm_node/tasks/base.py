@@ -9,7 +9,11 @@ peer sends.
 
 Concrete tasks implement :meth:`Task.check_answer`; :meth:`Task.reward` (the
 part every caller uses) is shared here so that the format rule and the
-never-raise guarantee are identical for all tasks.
+never-raise guarantee are identical for all tasks. :meth:`Task.format_ok` is the
+format part of the reward alone (the node logs its failure rate as
+``reward/format_fail_frac``: a prompt that does not suit a real model shows up as
+zero reward, not as an error). How a prompt reaches a chat model is
+:func:`swarm_node.tasks.prompt.render_prompt`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from swarm_node.tasks.answer import extract_answer
+from swarm_node.tasks.answer import extract_answer, format_ok
 
 __all__ = ["Example", "Task", "LazySplit", "parse_example_id", "index_examples"]
 
@@ -53,6 +57,12 @@ class Task(ABC):
     name: str = ""
     #: Split names this task can have (a loaded instance may lack some of them).
     split_names: tuple[str, ...] = ("train", "test")
+    #: Whether answers are plain numbers, so that a non-number answer is a format failure.
+    numeric_answers: bool = False
+    #: The task's natural completion length in tokens (the default of rollout.max_new_tokens).
+    max_new_tokens: int = 256
+    #: Held-out examples per evaluation by default (task.eval_limit).
+    eval_limit: int = 200
 
     @abstractmethod
     def split(self, name: str) -> Sequence[Example]:
@@ -90,6 +100,14 @@ class Task(ABC):
         except Exception:  # noqa: BLE001 - a reward must never take the trainer down
             logger.debug("%s: reward failed; scoring 0.0", self.name, exc_info=True)
             return 0.0
+
+    def format_ok(self, completion: str) -> bool:
+        """Whether ``completion`` passes the format part of :meth:`reward` (never raises).
+
+        For numeric tasks (:attr:`numeric_answers`) an answer that is not a number
+        (``#### 72 clips``) is a format failure too; a wrong number is not.
+        """
+        return format_ok(completion, numeric=self.numeric_answers)
 
     def _unknown_split(self, name: object) -> ValueError:
         return ValueError(

@@ -113,7 +113,12 @@ def load_hub(hub_id: str, config: str | None, split_names: tuple[str, ...]) -> R
     import datasets  # heavy import; only needed on this path
 
     logger.info("loading %s (config %s) from the Hugging Face hub", hub_id, config)
-    dataset = datasets.load_dataset(hub_id, config) if config else datasets.load_dataset(hub_id)
+    try:
+        dataset = datasets.load_dataset(hub_id, config) if config else datasets.load_dataset(hub_id)
+    except (OSError, ConnectionError, ValueError) as e:  # no network, no such dataset, offline mode
+        raise OSError(f"cannot load hub dataset {hub_id!r} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                      "without hub access pass --data PATH (a directory with train.jsonl/test.jsonl, or a .jsonl file)"
+                      ) from None
     splits = {s: [dict(row) for row in dataset[s]] for s in split_names if s in dataset}
     if not splits:
         raise ValueError(f"hub dataset {hub_id!r} has none of the splits {split_names}")

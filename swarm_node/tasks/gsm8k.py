@@ -63,6 +63,8 @@ def strip_annotations(solution: str) -> str:
 class GSM8KTask(Task):
     """GSM8K from a local directory/JSONL file or the hub; see the module docstring."""
 
+    numeric_answers = True  # the answer must be a number: `#### 72 clips` is a format failure
+
     name = "gsm8k"
 
     def __init__(self, data: str | os.PathLike | None = None, hub_config: str = "main") -> None:

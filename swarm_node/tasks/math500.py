@@ -149,6 +149,8 @@ class Math500Task(Task):
 
     name = "math500"
     split_names = ("test",)
+    max_new_tokens = 512  # LaTeX answers after a worked solution
+    eval_limit = 500  # the whole benchmark
 
     def __init__(
         self,

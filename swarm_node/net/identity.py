@@ -1,7 +1,8 @@
 """Node identity: one RSA key is both the libp2p identity (peer id) and the DHT record owner key.
 
-No hivemind here. The identity file is libp2p's serialized ``PrivateKey`` protobuf (the format p2pd
-reads with ``-id``): ``08 <key type varint> 12 <len varint> <PKCS#1 DER private key>``, RSA = 0.
+The identity file is libp2p's serialized ``PrivateKey`` protobuf (the format p2pd reads with
+``-id``): ``08 <key type varint> 12 <len varint> <PKCS#1 DER private key>``, RSA = 0.
+Also here: the checks that bind a signed record value to its owner key. No hivemind here.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import msgpack
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .swarm_records import MAX_RECORD_BYTES, MAX_RECORD_TTL_S, RecordError, SwarmError, parse_record
+from swarm_node.net import SwarmError
+from swarm_node.net.records import MAX_RECORD_BYTES, MAX_RECORD_TTL_S, RecordError, parse_record
 
 logger = logging.getLogger(__name__)
 KEY_TYPE_RSA = 0

@@ -20,12 +20,22 @@ from pathlib import Path
 
 import yaml
 
-from swarm_node.metrics import read_metrics
+from swarm_node.errors import SwarmNodeError
+from swarm_node.metrics import EVAL_ACCURACY, EVAL_N, NODE, REWARD_MEAN, ROUND, read_metrics
+
+# Metric keys this module reads from metrics.jsonl (the loss's own keys live in swarm_node/loss.py,
+# STAT_KEYS, which imports torch: named here so drawing plots never loads it).
+DROPPED_FRAC = "filter/dropped_frac"
+METRIC_KEYS = (ROUND, NODE, EVAL_ACCURACY, EVAL_N, REWARD_MEAN, DROPPED_FRAC)
 
 KIND_STYLES = ["-", "--", ":", "-."]
 KIND_LABELS = {"swarm-f-tis": "swarm, F-TIS", "swarm-nois": "swarm, NoIS", "alone": "alone"}
 # Colour-blind-friendly (Okabe-Ito) palette, one colour per node name.
 COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+
+
+class NoRunsError(SwarmNodeError, FileNotFoundError):
+    """A run directory to plot does not exist or holds no metrics.jsonl."""
 
 
 @dataclass
@@ -42,13 +52,13 @@ class Series:
         """(rounds, values) of rows that have `key` (a round's last row wins, e.g. after a resume)."""
         by_round = {}
         for row in self.rows:
-            if row.get(key) is not None and "round" in row:
-                by_round[int(row["round"])] = float(row[key])
+            if row.get(key) is not None and ROUND in row:
+                by_round[int(row[ROUND])] = float(row[key])
         rounds = sorted(by_round)
         return rounds, [by_round[r] for r in rounds]
 
     def eval_n(self) -> int:
-        return max((int(r["eval/n"]) for r in self.rows if r.get("eval/n")), default=0)
+        return max((int(r[EVAL_N]) for r in self.rows if r.get(EVAL_N)), default=0)
 
 
 def describe(node_dir: Path) -> str:
@@ -70,18 +80,18 @@ def _node_dirs(root: Path) -> list[Path]:
 
 
 def load_runs(run_dirs: list[str | Path]) -> list[Series]:
-    """Every node series under the given run directories (raises FileNotFoundError if none)."""
+    """Every node series under the given run directories (raises NoRunsError if one has none)."""
     series: list[Series] = []
     several = len(run_dirs) > 1
     for run_dir in map(Path, run_dirs):
         if not run_dir.is_dir():
-            raise FileNotFoundError(f"{run_dir} is not a directory")
+            raise NoRunsError(f"{run_dir} is not a directory")
         dirs = _node_dirs(run_dir)
         if not dirs:
-            raise FileNotFoundError(f"no metrics.jsonl under {run_dir}")
+            raise NoRunsError(f"no metrics.jsonl under {run_dir}")
         for node_dir in dirs:
             rows = read_metrics(node_dir / "metrics.jsonl")
-            node = next((str(r["node"]) for r in rows if r.get("node")), node_dir.name)
+            node = next((str(r[NODE]) for r in rows if r.get(NODE)), node_dir.name)
             rel = node_dir.relative_to(run_dir).parts[:-1] if node_dir != run_dir else ()
             kind = "/".join(rel)
             if several:
@@ -159,7 +169,7 @@ def plot_accuracy(series: list[Series], path: str | Path, title: str | None = No
     with_kind = len(styles) > 1
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     for s in series:
-        rounds, acc = s.points("eval/accuracy")
+        rounds, acc = s.points(EVAL_ACCURACY)
         if not rounds:
             continue
         pct = [100 * a for a in acc]
@@ -186,8 +196,8 @@ def plot_training(series: list[Series], path: str | Path, title: str | None = No
     colors, styles = _styles(series)
     with_kind = len(styles) > 1
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-    panels = (("reward/mean", "mean reward of own sampled completions", "Reward (fraction of own samples correct)"),
-              ("filter/dropped_frac", "fraction of sequences dropped",
+    panels = ((REWARD_MEAN, "mean reward of own sampled completions", "Reward (fraction of own samples correct)"),
+              (DROPPED_FRAC, "fraction of sequences dropped",
                "F-TIS filter: dropped sequences (A ≤ 0 and KL ≥ g)"))
     handles: dict[str, object] = {}
     for ax, (key, ylabel, panel_title) in zip(axes, panels):
@@ -225,7 +235,7 @@ def plot_compare(series: list[Series], path: str | Path, title: str | None = Non
     fig, axes = plt.subplots(1, len(nodes), figsize=(4.6 * len(nodes), 4.2), sharey=True, squeeze=False)
     for ax, node in zip(axes[0], nodes):
         for s in (s for s in series if s.node == node):
-            rounds, acc = s.points("eval/accuracy")
+            rounds, acc = s.points(EVAL_ACCURACY)
             if rounds:
                 ax.plot(rounds, [100 * a for a in acc], KIND_STYLES[kinds.index(s.kind) % len(KIND_STYLES)],
                         color=kind_colors[s.kind], marker="o", markersize=3, linewidth=1.8,
@@ -266,7 +276,7 @@ def accuracy_table(series: list[Series]) -> list[dict]:
     """Per node series: start (round 0) and end (last eval) held-out accuracy, for summary tables."""
     table = []
     for s in series:
-        rounds, acc = s.points("eval/accuracy")
+        rounds, acc = s.points(EVAL_ACCURACY)
         if not rounds:
             continue
         table.append({"node": s.node, "kind": s.kind, "model": s.description, "start": acc[0], "end": acc[-1],

@@ -1,30 +1,46 @@
-"""Merge: every check of a peer packet, reward recomputation, fair caps, horizontal groups."""
+"""Admission: every check of a peer packet, and reward recomputation."""
 
 import numpy as np
 import pytest
-import torch
 
 from swarm_node.codec import Packet, encode, tokenizer_fingerprint
+from swarm_node.admit import Admission, Expectations, Rejected
 from swarm_node.config import RolloutConfig
-from swarm_node.merge import Expectations, Rejected, accept_packet, cap_peer_groups, combine
+from swarm_node.net import Received
 from swarm_node.rollout import generate_groups, round_examples
+from swarm_node.sampling.hf import HFSampler
 
 PEER = "QmPeerA"
 
 
 @pytest.fixture
 def setup(tiny_policy, arith):
-    groups = generate_groups(tiny_policy, arith, round_examples(arith, 5, 2, "peer"),
-                             RolloutConfig(group_size=3, max_new_tokens=4), torch.Generator().manual_seed(0))
-    expect = Expectations(run_id="run", tokenizer=tokenizer_fingerprint(tiny_policy.tokenizer), round=5, staleness=2)
+    groups = generate_groups(HFSampler(tiny_policy), tiny_policy, arith, round_examples(arith, 5, 2, "peer"),
+                             RolloutConfig(group_size=3, max_new_tokens=4), seed=0)
+    expect = Expectations(run_id="run", tokenizer=tokenizer_fingerprint(tiny_policy.tokenizer), staleness=2)
     return tiny_policy, arith, groups, expect
+
+
+ROUND = 5  # the receiver's round
 
 
 def _packet(groups, expect, **changes):
     fields = dict(run_id=expect.run_id, sender=PEER, model_id="tiny-s", tokenizer=expect.tokenizer,
-                  policy_version=3, round=expect.round, mode="vertical", groups=groups)
+                  policy_version=3, round=ROUND, mode="vertical", groups=groups)
     fields.update(changes)
     return encode(Packet(**fields))
+
+
+def accept_packet(data, remote, expect, task, policy, offered_round=None):
+    """Admit `data` fetched from `remote` (announced for `offered_round`, default: the packet's own round)."""
+    if offered_round is None:
+        try:
+            from swarm_node.codec import decode
+            offered_round = decode(data).round
+        except Exception:
+            offered_round = ROUND
+    item = Received(peer_id=remote, round=offered_round, digest="sha256:" + "0" * 64, data=data)
+    return Admission(expect, task, policy).check(item, ROUND)
 
 
 def test_honest_packet_is_accepted_with_rewards_recomputed(setup):
@@ -84,19 +100,22 @@ def test_codec_errors_become_rejections(setup):
     assert e.value.reason == "codec_token_out_of_range"
 
 
-def test_cap_is_fair_across_peers():
-    a, b, c = (object() for _ in range(3))
-    by_peer = {"a": [a] * 5, "b": [b], "c": [c] * 3}
-    assert cap_peer_groups(by_peer, 4) == [a, b, c, a]  # b's only group makes it despite a's flood
-    assert cap_peer_groups(by_peer, 100) == [a, b, c, a, c, a, c, a, a]
-    assert cap_peer_groups(by_peer, 0) == []
+def test_groups_must_have_the_runs_group_size(setup):
+    """64 completions per group from one peer would multiply the receiver's training work."""
+    policy, task, groups, expect = setup
+    sized = Expectations(**{**expect.__dict__, "group_size": 3})
+    assert accept_packet(_packet(groups, sized), PEER, sized, task, policy).groups  # G = 3: fine
+    bigger = [type(g)(g.task, g.example_id, g.prompt_tokens, g.completions * 21) for g in groups]  # 63 per group
+    with pytest.raises(Rejected) as e:
+        accept_packet(_packet(bigger, sized), PEER, sized, task, policy)
+    assert e.value.reason == "group_size"
 
 
-def test_combine_vertical_and_horizontal(setup):
-    _, _, groups, _ = setup
-    peer_copy = [type(g)(g.task, g.example_id, g.prompt_tokens, list(g.completions)) for g in groups]
-    assert len(combine(groups, peer_copy, "vertical")) == 4
-    merged = combine(groups, peer_copy, "horizontal")
-    assert [g.example_id for g in merged] == [g.example_id for g in groups]
-    assert all(len(g.completions) == 6 for g in merged)
-    assert len(groups[0].completions) == 3  # inputs untouched
+def test_a_private_swarm_admits_only_its_trusted_peers(setup):
+    policy, task, groups, expect = setup
+    private = Expectations(**{**expect.__dict__, "trusted_peers": frozenset({"QmFriend"})})
+    with pytest.raises(Rejected) as e:
+        accept_packet(_packet(groups, private), PEER, private, task, policy)
+    assert e.value.reason == "untrusted_peer"
+    friendly = _packet(groups, private, sender="QmFriend")
+    assert accept_packet(friendly, "QmFriend", private, task, policy).sender == "QmFriend"

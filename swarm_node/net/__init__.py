@@ -1,0 +1,103 @@
+"""The network layer: how a node's packets reach its peers, behind one `Transport` protocol.
+
+    Transport        the seam: offer our bytes for round r, collect peers' bytes for a range of
+                     rounds within a deadline, distrust a (peer, digest); exchange.py is given one
+    records.py       record schema, limits, fetch framing (no hivemind: re-implementable from SPEC)
+    identity.py      the RSA key that is both libp2p identity and DHT record owner; record checks
+    fetch.py         the fetch protocol over any asyncio stream (client, server, served offers)
+    collect.py       the collect loop: per-peer limits, each digest delivered once, stale offers
+    loop.py          a private event loop on a thread, and bounded (cancelling) calls into it
+    discovery.py     hivemind DHT: our signed record, the record validator, peer lookup
+    hivemind.py      HivemindTransport, the first implementation: DHT records + libp2p stream pull
+    memory.py        MemoryTransport: the same protocol and collect loop in one process, for tests
+
+Only discovery.py and hivemind.py import hivemind: they are the libp2p implementation, split in
+two to keep each module readable. discovery.py uses hivemind's public DHT API only; every use of
+a hivemind private attribute sits in one fenced section of hivemind.py ("hivemind internals"),
+and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
+sees only bytes, peer ids, digests and rounds: no hivemind types.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from swarm_node.errors import SwarmNodeError
+
+
+class SwarmError(SwarmNodeError):
+    """A user-facing transport error (bad multiaddr, identity in use, daemon did not start)."""
+
+
+@dataclass
+class PeerInfo:
+    """What a peer's discovery record says about it."""
+
+    peer_id: str
+    model_id: str
+    tokenizer: str
+    protocol: int
+    round: int
+    policy_version: int
+    offers: list[tuple[int, str, int]]  # (round, digest, size) of the packets it serves
+    updated_at: float
+
+
+@dataclass
+class Received:
+    """One packet's bytes, fetched from an authenticated peer."""
+
+    peer_id: str  # the libp2p peer id of the peer that served the bytes
+    round: int  # the round its offer announced
+    digest: str  # "sha256:<hex>" of `data`
+    data: bytes
+
+
+@dataclass
+class Collected:
+    """What one `Transport.collect` call brought: new packets, and offers it did not fetch."""
+
+    packets: list[Received] = field(default_factory=list)
+    peers: int = 0  # live peers of this run seen during the call
+    dropped: Counter = field(default_factory=Counter)  # reason -> offers not fetched (stale, flood, oversize, ...)
+
+
+class Transport(Protocol):
+    """Moves packet bytes between peers. Implementations own all per-peer state (which digests
+    were already delivered, which (peer, digest) pairs are distrusted); every call is bounded in
+    time and may be made from the node's thread only."""
+
+    @property
+    def peer_id(self) -> str:
+        """This node's peer id (known after `start`)."""
+
+    def start(self) -> None:
+        """Join the network (bootstrap from the configured peers); raises SwarmError on user errors."""
+
+    def join_addrs(self) -> list[str]:
+        """Full addresses others can bootstrap from (`--peers`), the most useful first."""
+
+    def offer(self, round: int, policy_version: int, data: bytes) -> str:
+        """Serve `data` as our packet for `round` and announce it; returns its digest. Our own
+        digest is never delivered back to us by `collect`."""
+
+    def collect(self, oldest: int, newest: int, min_peers: int, deadline_s: float) -> Collected:
+        """Fetch peers' not-yet-delivered packets offered for rounds `oldest..newest` until
+        packets from `min_peers` distinct peers arrived (one pass if <= 0) or `deadline_s`
+        passed. Offers older than `oldest` are counted once as `dropped["stale"]`. Each digest
+        is delivered at most once over the transport's lifetime."""
+
+    def distrust(self, peer_id: str, digest: str) -> None:
+        """Never fetch `digest` from `peer_id` again, and let another peer deliver it (the bytes
+        were not that peer's packet)."""
+
+    def peers(self) -> list[PeerInfo]:
+        """The live peers of this run, as their records describe them."""
+
+    def stats(self) -> dict[str, int]:
+        """Cumulative counters (bytes_in, bytes_out, fetch_timeouts, ...)."""
+
+    def close(self) -> None:
+        """Leave the network; idempotent."""

@@ -1,0 +1,404 @@
+"""Discovery v2: a bounded-degree mesh of peers that push their offers to each other.
+
+Each node keeps a few *neighbors* (about D = k + 3 sqrt(k), k = the packets it uses per round) and
+tells them what it serves, in the spirit of gossipsub's IHAVE: when it offers a packet it sends
+every neighbor one *announcement* {run, protocol, round, offers [round, digest, size], its
+addresses, a few peers it knows}; the neighbor answers with its own announcement, and pulls
+packets by digest over the fetch protocol (IWANT). So a node's discovery cost per round is
+about 2 D small frames, whatever the size of the swarm, and a node's collect loop reads its
+neighbors' latest announcements from memory instead of polling the DHT.
+
+    Mesh         the state: neighbors, candidates (initial peers, peer exchange, DHT membership),
+                 retry times, cheap rejection of junk; pure and synchronous (memory transport,
+                 simulation and libp2p transport share it)
+    MeshDriver   the libp2p side's background work: push on offer, keepalive, dial candidates
+                 while short of neighbors, read DHT membership when out of candidates
+    send_announcement / serve_announcement   the frame exchange over one stream
+
+Who may be a neighbor: any peer whose announcement passes `Mesh.judge` (same run and packet
+protocol, at least one offer it could serve us if it offers any) while we have fewer than
+`max_degree` neighbors; beyond that we answer "full" with a sample of our peers (peer exchange),
+so no node carries more than `max_degree` neighbors however popular it is. No hivemind here
+(protocol/SPEC.md section 11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import msgpack
+
+from swarm_node.net import PeerInfo
+from swarm_node.net.records import (
+    ANNOUNCE_PROTOCOL, MAX_ANNOUNCE_BYTES, MAX_PX, STATUS_FULL, STATUS_OK, STATUS_REFUSED, REQUEST_TIMEOUT_S, Announcement, FrameError,
+    RecordError, decode_frame_body, encode_frame, frame_length, make_announcement, parse_announcement,
+    parse_peer_exchange,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten)
+RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
+FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after this
+MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
+
+
+def fanout(k: int) -> int:
+    """Neighbors a node keeps to get k packets per round with margin: ceil(k + 3 sqrt(k)), k >= 1."""
+    k = max(1, int(k))
+    return math.ceil(k + 3 * math.sqrt(k))
+
+
+@dataclass(frozen=True)
+class MeshParams:
+    degree: int  # D: dial candidates until we have this many neighbors
+    max_degree: int  # accept inbound neighbors up to this many; beyond, answer "full"
+    ttl_s: float  # a neighbor not heard from for this long is dropped; keepalive every ttl_s / 3
+    max_packet_bytes: int  # offers declaring more are stripped (we would never fetch them)
+
+    @classmethod
+    def for_peers(cls, k: int, ttl_s: float, max_packet_bytes: int) -> MeshParams:
+        d = fanout(k)
+        return cls(d, d + 2, ttl_s, max_packet_bytes)
+
+
+@dataclass
+class Neighbor:
+    addrs: list[str]
+    heard_at: float  # last announcement from it (request or reply)
+    sent_at: float = 0.0  # last announcement we sent it
+    info: PeerInfo | None = None
+    seq: int = -1  # of `info`: a reply overtaken by a newer push must not replace it
+    degree: int = 0  # its neighbor count, as it last announced
+
+
+class Mesh:
+    """One node's view of its neighbors and candidates. Not thread-safe: callers serialize."""
+
+    def __init__(self, own_id: str, run_id: str, protocol: int, params: MeshParams,
+                 initial: dict[str, list[str]] | None = None, rng: random.Random | None = None):
+        self.own_id, self.run_id, self.protocol, self.params = own_id, run_id, protocol, params
+        self.rng = rng or random.Random()
+        self.seq = 0
+        self.own = make_announcement(run_id, 0, "", "", protocol, 0, 0, [], [], [])
+        self.neighbors: dict[str, Neighbor] = {}
+        self.initial = dict(initial or {})
+        self.known: OrderedDict[str, list[str]] = OrderedDict(self.initial)
+        self.retry_at: dict[str, float] = {}
+        self.failures: Counter[str] = Counter()  # consecutive failures per candidate
+        self.dropped: Counter[str] = Counter()  # offers stripped at receipt, for the next collect's `dropped`
+        self.refused: Counter[str] = Counter()  # announcements refused, by reason
+        self.old_version: set[str] = set()  # peers that do not speak discovery v2
+        self._counted: set[tuple[str, str]] = set()
+
+    # ---- our side ---------------------------------------------------------------------------------------
+    def set_own(self, model_id: str, tokenizer: str, round: int, policy_version: int,
+                offers: list[tuple[int, str, int]], addrs: list[str]) -> None:
+        self.seq = max(self.seq + 1, time.time_ns() // 1000)  # increasing, also across restarts
+        self.own = make_announcement(self.run_id, self.seq, model_id, tokenizer, self.protocol, round, policy_version,
+                                     offers, addrs, [])
+
+    def announcement(self, to: str) -> dict:
+        """Our announcement for peer `to`, with a peer-exchange sample that leaves `to` out."""
+        return {**self.own, "degree": len(self.neighbors), "peers": self.sample(exclude=to)}
+
+    def sample(self, exclude: str) -> list[list]:
+        """Up to MAX_PX peers others may dial: neighbors first (they are live), then other known peers."""
+        live = [p for p, n in self.neighbors.items() if p != exclude and n.addrs]
+        others = [p for p, a in self.known.items() if p != exclude and p not in self.neighbors and a]
+        picked = self.rng.sample(live, min(MAX_PX, len(live)))
+        picked += self.rng.sample(others, min(MAX_PX - len(picked), len(others)))
+        return [[p, self.neighbors[p].addrs if p in self.neighbors else self.known[p]] for p in picked]
+
+    # ---- judging and admitting peers ----------------------------------------------------------------------
+    def judge(self, ann: Announcement) -> str | None:
+        """Why this announcement is junk (None: keep it). Strips offers we would never fetch, counting
+        each (peer, digest) once as `oversize`; an announcement that offered something but nothing
+        fetchable is junk. Costs a few comparisons: no signature, no network."""
+        if ann.run_id != self.run_id:
+            return "wrong_run"
+        if ann.info.protocol != self.protocol:
+            return "wrong_protocol"
+        offers = ann.info.offers
+        kept = [o for o in offers if o[2] <= self.params.max_packet_bytes]
+        for _, d, _ in offers:
+            if (ann.info.peer_id, d) not in self._counted and all(d != k[1] for k in kept):
+                if len(self._counted) >= MAX_COUNTED:
+                    self._counted.clear()
+                self._counted.add((ann.info.peer_id, d))
+                self.dropped["oversize"] += 1
+        ann.info.offers = kept
+        return "unfetchable" if offers and not kept else None
+
+    def _admit(self, ann: Announcement, now: float) -> None:
+        peer = ann.info.peer_id
+        n = self.neighbors.get(peer)
+        if n is None:
+            n = self.neighbors[peer] = Neighbor(ann.addrs, now)
+        n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
+        if ann.seq >= n.seq:
+            n.info, n.seq = ann.info, ann.seq
+        self.failures.pop(peer, None)
+        self.retry_at.pop(peer, None)
+        self.learn([(peer, n.addrs)])
+        self.learn(ann.peers)
+
+    def drop(self, peer: str) -> None:
+        self.neighbors.pop(peer, None)
+
+    def learn(self, peers: list[tuple[str, list[str]]]) -> None:
+        """Remember candidates (peer exchange, membership records, initial peers), newest last."""
+        for peer, addrs in peers:
+            if peer == self.own_id:
+                continue
+            self.known[peer] = list(addrs) or self.known.get(peer, [])
+            self.known.move_to_end(peer)
+        while len(self.known) > MAX_KNOWN:
+            victim = next((p for p in self.known if p not in self.initial and p not in self.neighbors), None)
+            if victim is None:
+                break
+            del self.known[victim]
+
+    # ---- server: an announcement arrived --------------------------------------------------------------
+    def receive(self, peer: str, obj: object, now: float) -> dict:
+        """The reply to an announcement from the authenticated `peer`."""
+        try:
+            ann = parse_announcement(obj, peer, now)
+        except RecordError:
+            return self._refuse(peer, "bad_request")
+        reason = self.judge(ann)
+        if reason is not None:
+            return self._refuse(peer, reason)
+        if self._room_for(peer, ann.degree):
+            self._admit(ann, now)
+            self.neighbors[peer].sent_at = now
+            return {"status": STATUS_OK, **self.announcement(to=peer)}
+        self.learn(ann.peers)
+        self.refused["full"] += 1
+        return {"status": STATUS_FULL, "peers": self.sample(exclude=peer)}
+
+    def _room_for(self, peer: str, its_degree: int) -> bool:
+        """A neighbor stays; a new peer is taken while we have fewer than `degree` neighbors, or fewer
+        than `max_degree` if it is short of neighbors itself (so joiners always find a place)."""
+        n, p = len(self.neighbors), self.params
+        return peer in self.neighbors or n < p.degree or (n < p.max_degree and its_degree < p.degree)
+
+    def _refuse(self, peer: str, reason: str) -> dict:
+        self.refused[reason] += 1
+        self.drop(peer)
+        return {"status": STATUS_REFUSED, "reason": reason}
+
+    # ---- client: the answer to our announcement ----------------------------------------------------------
+    def on_reply(self, peer: str, obj: object, now: float) -> str:
+        """Apply `peer`'s answer; returns ok | full | refused | bad_reply."""
+        status = obj.get("status") if isinstance(obj, dict) else None
+        if status == STATUS_OK:
+            try:
+                ann = parse_announcement(obj, peer, now)
+            except RecordError:
+                status = "bad_reply"
+            else:
+                reason = self.judge(ann)
+                if reason is None:
+                    self._admit(ann, now)
+                    self.neighbors[peer].sent_at = now
+                    return STATUS_OK
+                self.refused[reason] += 1
+                status = STATUS_REFUSED
+        elif status == STATUS_FULL:
+            try:
+                self.learn(parse_peer_exchange(obj.get("peers", [])))
+            except RecordError:
+                pass
+            self.drop(peer)
+            self.retry_at[peer] = now + FULL_RETRY_S
+            return STATUS_FULL
+        elif status != STATUS_REFUSED:
+            status = "bad_reply"
+        self.on_failure(peer, now)
+        return status
+
+    def on_failure(self, peer: str, now: float, old_version: bool = False) -> None:
+        """`peer` did not answer (or refused us): drop it, retry later with exponential backoff."""
+        self.drop(peer)
+        self.failures[peer] += 1
+        self.retry_at[peer] = now + min(MAX_RETRY_S, RETRY_S * 2 ** (self.failures[peer] - 1))
+        if old_version:
+            self.old_version.add(peer)
+
+    # ---- maintenance ----------------------------------------------------------------------------------
+    def expire(self, now: float) -> list[str]:
+        """Drop neighbors not heard from for ttl_s; returns them."""
+        gone = [p for p, n in self.neighbors.items() if n.heard_at < now - self.params.ttl_s]
+        for p in gone:
+            self.drop(p)
+        return gone
+
+    def short(self) -> bool:
+        return len(self.neighbors) < self.params.degree
+
+    def prune(self) -> list[str]:
+        """Over `degree`, drop links to neighbors that are over it too (both keep enough); returns them.
+        The dropped peer learns it at its next announcement, answered `full`."""
+        surplus = [p for p, n in self.neighbors.items() if n.degree > self.params.degree]
+        dropped = []
+        for p in sorted(surplus, key=lambda p: -self.neighbors[p].degree):
+            if len(self.neighbors) <= self.params.degree:
+                break
+            self.drop(p)
+            dropped.append(p)
+        return dropped
+
+    def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
+        """Up to n peers to dial: initial peers first, then a random sample of the others known."""
+        ok = [p for p in self.known if p not in self.neighbors and p not in busy and p != self.own_id
+              and self.retry_at.get(p, 0.0) <= now]
+        first = [p for p in ok if p in self.initial]
+        rest = [p for p in ok if p not in self.initial]
+        picked = first[:n] + self.rng.sample(rest, max(0, min(n - len(first[:n]), len(rest))))
+        return [(p, self.known[p]) for p in picked]
+
+    def keepalive_due(self, now: float) -> list[str]:
+        return [p for p, n in self.neighbors.items() if n.sent_at < now - self.params.ttl_s / 3]
+
+    def infos(self) -> list[PeerInfo]:
+        """The neighbors' latest announcements (what the collect loop considers: at most max_degree)."""
+        return [self.neighbors[p].info for p in sorted(self.neighbors) if self.neighbors[p].info is not None]
+
+    def take_dropped(self) -> Counter:
+        out, self.dropped = self.dropped, Counter()
+        return out
+
+
+# ---- one announcement exchange over a stream -------------------------------------------------------------
+async def send_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, obj: dict) -> tuple[dict, int, int]:
+    """Client side: write our announcement frame, read the reply frame. (reply, bytes out, bytes in);
+    I/O and frame errors raise; the caller bounds the call in time."""
+    frame = encode_frame(obj, MAX_ANNOUNCE_BYTES)
+    writer.write(frame)
+    await writer.drain()
+    n = frame_length(await reader.readexactly(4), MAX_ANNOUNCE_BYTES)
+    reply = decode_frame_body(await reader.readexactly(n))
+    return reply, len(frame), 4 + n
+
+
+async def serve_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             answer: Callable[[dict], dict]) -> tuple[int, int]:
+    """Server side: read one announcement frame (within REQUEST_TIMEOUT_S), write `answer(frame)`.
+    (bytes in, bytes out). A malformed frame is answered `refused`/`bad_request`."""
+    try:
+        n = frame_length(await asyncio.wait_for(reader.readexactly(4), REQUEST_TIMEOUT_S), MAX_ANNOUNCE_BYTES)
+        obj = decode_frame_body(await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S))
+        reply, size_in = answer(obj), 4 + n
+    except FrameError:
+        reply, size_in = {"status": STATUS_REFUSED, "reason": "bad_request"}, 4
+    frame = encode_frame(reply, MAX_ANNOUNCE_BYTES)
+    writer.write(frame)
+    await writer.drain()
+    return size_in, len(frame)
+
+
+def frame_size(obj: dict) -> int:
+    """Bytes of `obj` as a frame (for simulations and accounting)."""
+    return 4 + len(msgpack.packb(obj, use_bin_type=True))
+
+
+# ---- the background work of a networked node ---------------------------------------------------------
+Contact = Callable[[str, list[str], dict], Awaitable[dict]]  # (peer, addrs, our announcement) -> reply; raises on failure
+ReadMembers = Callable[[], Awaitable[list[tuple[str, list[str]]]]]
+
+
+class MeshDriver:
+    """Runs a Mesh on an event loop: pushes our announcement to every neighbor when `push` is called,
+    keeps neighbors alive, and dials candidates while short of neighbors. `contact` raises
+    `OldVersion` when the peer does not speak discovery v2, any other exception when unreachable."""
+
+    TICK_S = 1.0  # maintenance period
+    MEMBER_READ_S = 30.0  # DHT membership is read at most this often, and only when out of candidates
+
+    def __init__(self, mesh: Mesh, contact: Contact, read_members: ReadMembers | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.mesh, self.contact, self.read_members, self.clock = mesh, contact, read_members, clock
+        self.in_flight: dict[str, asyncio.Task] = {}
+        self.again: set[str] = set()  # neighbors to push to once their exchange in flight ends
+        self.last_member_read = -math.inf
+
+    def push(self) -> None:
+        """Send our (new) announcement to every neighbor, in the background."""
+        for peer, n in list(self.mesh.neighbors.items()):
+            self._start(peer, n.addrs)
+
+    def _start(self, peer: str, addrs: list[str]) -> None:
+        if peer in self.in_flight:
+            self.again.add(peer)
+            return
+        self.in_flight[peer] = asyncio.get_running_loop().create_task(self._exchange(peer, addrs))
+
+    async def _exchange(self, peer: str, addrs: list[str]) -> None:
+        try:
+            mesh = self.mesh
+            if peer in mesh.neighbors:
+                mesh.neighbors[peer].sent_at = self.clock()
+            try:
+                reply = await self.contact(peer, addrs, mesh.announcement(to=peer))
+            except OldVersion:
+                if peer not in mesh.old_version:
+                    logger.warning("peer %s does not speak %s: it runs an older swarm-node (discovery v1); "
+                                   "nodes of different discovery versions cannot exchange, upgrade it", peer,
+                                   OldVersion.protocol)
+                mesh.on_failure(peer, self.clock(), old_version=True)
+            except Exception as e:
+                logger.debug("announcement to %s failed: %r", peer, e)
+                mesh.on_failure(peer, self.clock())
+            else:
+                mesh.on_reply(peer, reply, self.clock())
+        finally:
+            self.in_flight.pop(peer, None)
+        if peer in self.again and peer in self.mesh.neighbors:
+            self.again.discard(peer)
+            self._start(peer, self.mesh.neighbors[peer].addrs)
+
+    async def tick(self) -> None:
+        """One maintenance step: expire, keepalive, dial candidates when short, read membership."""
+        mesh, now = self.mesh, self.clock()
+        mesh.expire(now)
+        mesh.prune()
+        for peer in mesh.keepalive_due(now):
+            self._start(peer, mesh.neighbors[peer].addrs)
+        if not mesh.short():
+            return
+        need = mesh.params.degree - len(mesh.neighbors) - sum(p not in mesh.neighbors for p in self.in_flight)
+        found = mesh.candidates(need, now, busy=set(self.in_flight)) if need > 0 else []
+        for peer, addrs in found:
+            self._start(peer, addrs)
+        if need > 0 and not found and self.read_members is not None and now - self.last_member_read >= self.MEMBER_READ_S:
+            self.last_member_read = now
+            try:
+                mesh.learn(await self.read_members())
+            except Exception as e:
+                logger.debug("membership read failed: %r", e)
+
+    async def run(self) -> None:
+        while True:
+            await self.tick()
+            await asyncio.sleep(self.TICK_S)
+
+    async def close(self) -> None:
+        tasks = list(self.in_flight.values())
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2)
+
+
+class OldVersion(Exception):
+    """The peer does not speak the announcement protocol (an older swarm-node)."""
+
+    protocol = ANNOUNCE_PROTOCOL

@@ -1,0 +1,280 @@
+"""The collect loop: which of the peers' offers to fetch, under per-peer limits, until enough arrived.
+
+Transport-independent and without hivemind: a transport supplies two coroutines,
+`list_peers(timeout) -> [PeerInfo]` and `fetch(peer, digest, timeout, declared_size) -> (bytes | None,
+reason)`, plus its long-lived `Delivery` memory; `collect_offers` runs both until packets of
+`min_count` distinct peers arrived or the deadline passed.
+
+No pass waits for a slow peer (docs/RELIABILITY.md, issue 18 point 3): the peer listing is re-read
+every `poll_s` *while* fetches are pending, and every event (a fetch done, a listing done) starts
+whatever became fetchable, concurrently across peers. So a packet published after the call began
+is fetched about one poll interval (plus one lookup) later, whatever else is in flight, and a
+stalling peer costs one fetch slot for at most `fetch_timeout_s`, then rests that long.
+
+Per-peer limits (a hostile peer gets no more than an honest one):
+
+* one fetch in flight per peer, so a stalling peer holds at most one of the `max_parallel` slots;
+  after a timed-out or failed fetch the peer gets no new fetch for `fetch_timeout_s`;
+* one packet per (peer, round), ever: `Delivery.taken` maps (peer, round) to the digest fetched
+  for it; another digest offered by that peer for that round is never fetched (`duplicate_round`);
+* within one call at most `max_peer_packets` packets and `max_peer_bytes` declared bytes per peer
+  (`flood` / `too_many_bytes`); an attempt counts unless the peer refused it (not_found, busy) or
+  it failed in transit (timeout, error);
+* offers declaring more than `max_packet_bytes` are never fetched (`oversize`); a peer that serves
+  bytes not matching the digest or more than it declared is counted (`digest_mismatch`,
+  `oversize`) and its transport distrusts that (peer, digest), so it is never asked again.
+
+Dropped offers are counted by reason: one left unfetched at the end of a call for a budget reason
+once per call, the others once per (peer, digest, reason) (`Delivery.counted`). Offers of rounds
+older than `oldest` are never fetched and counted once as `stale`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from swarm_node.config import SwarmConfig
+from swarm_node.net import Collected, PeerInfo, Received
+from swarm_node.net.fetch import MISMATCH, OVERSIZE, TIMEOUT
+from swarm_node.net.records import STATUS_BUSY, STATUS_NOT_FOUND
+
+ListPeers = Callable[[float], Awaitable[list[PeerInfo]]]
+Fetch = Callable[[str, str, float, int], Awaitable[tuple[bytes | None, str]]]  # (peer, digest, timeout, declared size)
+
+MAX_REMEMBERED = 65536  # entries of each per-(peer, digest | round) memory at most
+FORGET_ROUNDS = 8  # delivered digests of rounds before oldest - FORGET_ROUNDS are forgotten (stale anyway)
+BACKOFF_S = {STATUS_BUSY: 0.5, STATUS_NOT_FOUND: 2.0}  # retry delay after a refusal; other failures: the fetch timeout
+BUDGET_REASONS = ("flood", "too_many_bytes")  # offers deferred by the per-call budget, counted at the end
+
+
+@dataclass(frozen=True)
+class CollectLimits:
+    fetch_timeout_s: float  # one fetch at most
+    max_packet_bytes: int  # offers declaring more are never fetched
+    max_peer_packets: int  # per call and peer
+    max_peer_bytes: int  # declared bytes per call and peer
+    max_parallel: int = 8  # fetches in flight at once (from distinct peers)
+    lookup_timeout_s: float = 10.0  # one peer listing at most (clamped to the deadline)
+    poll_s: float = 0.25  # the peer listing is re-read this often, fetches pending or not
+
+    @classmethod
+    def from_config(cls, cfg: SwarmConfig) -> CollectLimits:
+        return cls(cfg.fetch_timeout_s, cfg.max_packet_bytes, cfg.max_peer_packets, cfg.max_peer_bytes)
+
+
+@dataclass
+class Delivery:
+    """What a transport remembers across collect calls, bounded whatever peers offer. Not
+    thread-safe: each transport mutates it from one thread only (see its docstring)."""
+
+    delivered: dict[str, int] = field(default_factory=dict)  # digest -> round: delivered, ours or stale
+    taken: dict[tuple[str, int], str] = field(default_factory=OrderedDict)  # (peer, round) -> digest fetched
+    counted: set[tuple[str, str, str]] = field(default_factory=set)  # (peer, digest, reason) counted as dropped
+    distrusted: set[tuple[str, str]] = field(default_factory=set)  # (peer, digest) never to fetch again
+
+    def own(self, digest: str, round: int) -> None:
+        """Our own packet: never delivered back to us."""
+        self.delivered[digest] = round
+
+    def distrust(self, peer: str, digest: str) -> None:
+        """Never fetch `digest` from `peer` again; another peer may still deliver it."""
+        if len(self.distrusted) < MAX_REMEMBERED:
+            self.distrusted.add((peer, digest))
+        self.delivered.pop(digest, None)
+
+    def forget_before(self, round: int) -> None:
+        for digest in [d for d, r in self.delivered.items() if r < round]:
+            del self.delivered[digest]
+
+    def bound(self) -> None:
+        """Oldest entries go first."""
+        for memory in (self.delivered, self.taken):
+            while len(memory) > MAX_REMEMBERED:
+                del memory[next(iter(memory))]
+        if len(self.counted) > MAX_REMEMBERED:
+            self.counted.clear()
+
+
+async def collect_offers(list_peers: ListPeers, fetch: Fetch, limits: CollectLimits, state: Delivery, *,
+                         wanted: Callable[[int], bool], min_count: int, deadline_s: float, oldest: int | None = None,
+                         newest: int | None = None, keep: Callable[[PeerInfo], bool] | None = None,
+                         count_peers: bool = True) -> Collected:
+    """Fetch offered packets of `wanted` rounds not yet delivered until `min_count` distinct peers'
+    packets (packets, without `count_peers`) arrived (one pass if <= 0) or `deadline_s` passed.
+    `newest`: the newest round wanted; when every peer is already past it with nothing wanted left,
+    nothing useful can come and the call returns early (a node that fell behind catches up instead
+    of waiting every round). `keep` filters peers (e.g. same protocol version)."""
+    state.bound()
+    if oldest is not None:
+        state.forget_before(oldest - FORGET_ROUNDS)
+    collector = Collector(list_peers, fetch, limits, state, wanted, keep or (lambda p: True), oldest, newest)
+    return await collector.run(min_count, deadline_s, count_peers)
+
+
+class Collector:
+    """The state of one `collect_offers` call: an event loop over fetch tasks and peer listings."""
+
+    def __init__(self, list_peers: ListPeers, fetch: Fetch, limits: CollectLimits, state: Delivery,
+                 wanted: Callable[[int], bool], keep: Callable[[PeerInfo], bool], oldest: int | None,
+                 newest: int | None):
+        self.list_peers, self.fetch, self.limits, self.state = list_peers, fetch, limits, state
+        self.wanted, self.keep, self.oldest, self.newest = wanted, keep, oldest, newest
+        self.result = Collected()
+        self.peers: list[PeerInfo] = []  # the latest listing (kept peers only)
+        self.peers_seen: set[str] = set()
+        self.in_flight: dict[asyncio.Task, tuple[str, int, str, int]] = {}  # fetch -> (peer, round, digest, size)
+        self.retry_at: dict[tuple[str, str], float] = {}  # (peer, digest) -> not before
+        self.peer_rest_until: dict[str, float] = {}  # peer -> no new fetch before (after a timeout or error)
+        self.deferred: dict[tuple[str, str], str] = {}  # (peer, digest) -> budget reason, if unfetched at the end
+        self.used: Counter[str] = Counter()  # packets per peer in this call (in flight or counted)
+        self.used_bytes: Counter[str] = Counter()  # declared bytes per peer in this call
+        self.tries: Counter[tuple[str, str]] = Counter()  # fetches started per (peer, digest) in this call
+
+    async def run(self, min_count: int, deadline_s: float, count_peers: bool) -> Collected:
+        self.loop = asyncio.get_running_loop()
+        self.t_end = self.loop.time() + max(0.0, deadline_s)
+        self.min_count, self.count_peers = min_count, count_peers
+        one_pass = min_count <= 0  # one listing, the fetches it allows, then return
+        self.on_listing(await self.list_peers(self.lookup_timeout()))  # always looks: stale offers count at deadline 0
+        listing: asyncio.Task | None = None
+        next_listing = self.loop.time() + self.limits.poll_s
+        try:
+            while self.time_left() > 0 and not (min_count > 0 and self.enough()):
+                self.start_fetches()
+                if not self.in_flight and (one_pass or self.nothing_can_come()):
+                    break
+                if listing is None and not one_pass and self.loop.time() >= next_listing:
+                    listing = self.loop.create_task(self.list_peers(self.lookup_timeout()))
+                wake = next_listing - self.loop.time() if listing is None and not one_pass else self.time_left()
+                for task in await self.next_events(listing, min(wake, self.time_left())):
+                    if task is listing:
+                        listing, next_listing = None, self.loop.time() + self.limits.poll_s
+                        self.on_listing(task.result() if task.exception() is None else [])
+                    else:
+                        self.on_result(*self.in_flight.pop(task), *task.result())
+        finally:
+            for task in [*self.in_flight, *([listing] if listing is not None else [])]:
+                task.cancel()  # a pending fetch ends here: its peer held one slot, never the call
+        return self.finish()
+
+    async def next_events(self, listing: asyncio.Task | None, timeout: float) -> set[asyncio.Task]:
+        """The fetches (and listing) that finished within `timeout` seconds; waits for the first one."""
+        waits = set(self.in_flight) | ({listing} if listing is not None else set())
+        if not waits:
+            await asyncio.sleep(max(0.0, timeout))
+            return set()
+        done, _ = await asyncio.wait(waits, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED)
+        return done
+
+    def finish(self) -> Collected:
+        got = {item.digest for item in self.result.packets}
+        self.result.dropped.update(reason for (_, d), reason in self.deferred.items() if d not in got)
+        self.result.peers = len(self.peers_seen)
+        return self.result
+
+    def time_left(self) -> float:
+        return self.t_end - self.loop.time()
+
+    def lookup_timeout(self) -> float:
+        return min(self.limits.lookup_timeout_s, max(0.05, self.time_left()))
+
+    def enough(self) -> bool:
+        packets = self.result.packets
+        return (len({x.peer_id for x in packets}) if self.count_peers else len(packets)) >= self.min_count
+
+    def on_listing(self, peers: list[PeerInfo]) -> None:
+        """Count the peers, and each offer older than `oldest` once as stale (it is never fetched)."""
+        self.peers_seen.update(info.peer_id for info in peers)
+        self.peers = [info for info in peers if self.keep(info)]
+        if self.oldest is None:
+            return
+        for info in peers:
+            for r, d, _ in info.offers:
+                if r < self.oldest and d not in self.state.delivered:
+                    self.state.delivered[d] = r
+                    self.result.dropped["stale"] += 1
+
+    def ignored(self, peer: str, r: int, d: str, now: float) -> bool:
+        """Offers not to consider now (not counted as dropped)."""
+        return (d in self.state.delivered or not self.wanted(r) or (peer, d) in self.state.distrusted
+                or self.retry_at.get((peer, d), 0.0) > now)
+
+    def refusal(self, peer: str, r: int, d: str, size: int) -> str | None:
+        """Why a fetchable offer may not be fetched now (None: fetch it)."""
+        if size > self.limits.max_packet_bytes:
+            return OVERSIZE
+        if self.state.taken.get((peer, r), d) != d:
+            return "duplicate_round"
+        if self.used[peer] >= self.limits.max_peer_packets:
+            return "flood"
+        if self.used_bytes[peer] + size > self.limits.max_peer_bytes:
+            return "too_many_bytes"
+        return None
+
+    def start_fetches(self) -> None:
+        """Start one fetch for each idle peer with a fetchable offer (its least-tried one), least-served
+        peers first, while slots are free; count the offers that may not be fetched."""
+        now = self.loop.time()
+        busy = {peer for peer, _, _, _ in self.in_flight.values()}
+        in_flight = {d for _, _, d, _ in self.in_flight.values()}
+        for info in sorted(self.peers, key=lambda p: self.used[p.peer_id]):
+            peer, fetchable = info.peer_id, []
+            for r, d, size in info.offers:
+                if d in in_flight or self.ignored(peer, r, d, now):
+                    continue
+                reason = self.refusal(peer, r, d, size)
+                if reason in BUDGET_REASONS:
+                    self.deferred[(peer, d)] = reason
+                elif reason is not None:
+                    self.drop(peer, d, reason)
+                else:
+                    fetchable.append((self.tries[(peer, d)], r, d, size))
+            if not fetchable or peer in busy or self.peer_rest_until.get(peer, 0.0) > now:
+                continue
+            if len(self.in_flight) >= self.limits.max_parallel:
+                continue  # keep classifying the others' offers; no slot for them now
+            _, r, d, size = min(fetchable, key=lambda x: x[0])  # a failing offer does not block the peer's others
+            self.deferred.pop((peer, d), None)
+            self.use(peer, size, +1)
+            self.tries[(peer, d)] += 1
+            timeout = min(self.limits.fetch_timeout_s, self.time_left())
+            self.in_flight[self.loop.create_task(self.fetch(peer, d, timeout, size))] = (peer, r, d, size)
+            in_flight.add(d)
+
+    def use(self, peer: str, size: int, sign: int) -> None:
+        self.used[peer] += sign
+        self.used_bytes[peer] += sign * size
+
+    def drop(self, peer: str, digest: str, reason: str) -> None:
+        self.deferred.pop((peer, digest), None)
+        if (peer, digest, reason) not in self.state.counted:
+            self.state.counted.add((peer, digest, reason))
+            self.result.dropped[reason] += 1
+
+    def on_result(self, peer: str, r: int, d: str, size: int, data: bytes | None, reason: str) -> None:
+        if data is not None:
+            self.state.taken.setdefault((peer, r), d)
+            if d not in self.state.delivered:
+                self.state.delivered[d] = r
+                self.result.packets.append(Received(peer_id=peer, round=r, digest=d, data=data))
+            return
+        now = self.loop.time()
+        if reason in (MISMATCH, OVERSIZE):  # not what it offered: never ask that peer for it again
+            self.drop(peer, d, "digest_mismatch" if reason == MISMATCH else OVERSIZE)
+            self.state.distrust(peer, d)
+            return
+        self.use(peer, size, -1)  # refused or failed in transit: does not use up the peer's budget
+        if reason not in BACKOFF_S:  # timed out or broke: rest the peer
+            self.peer_rest_until[peer] = now + self.limits.fetch_timeout_s
+        self.retry_at[(peer, d)] = now + BACKOFF_S.get(reason, self.limits.fetch_timeout_s)
+
+    def nothing_can_come(self) -> bool:
+        """Every peer is past `newest` and offers nothing wanted that is still undelivered."""
+        if self.newest is None or not self.peers:
+            return False
+        return not any(info.round <= self.newest or any(
+            self.wanted(r) and d not in self.state.delivered and (info.peer_id, d) not in self.state.distrusted
+            for r, d, _ in info.offers) for info in self.peers)

@@ -1,0 +1,326 @@
+"""Discovery in hivemind's DHT: our signed record, the validator that guards the key, peer lookup.
+
+Each node of a run stores one record under the run's key (`records.record_key`), with subkey
+"[owner:<its ssh-rsa public key>]", signed by that key and expiring after `record_ttl_s`; a
+lookup returns every live, valid record but our own (protocol/SPEC.md section 11). This module
+uses hivemind's public DHT API only; the private-attribute uses live in `hivemind.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.p2p import P2P, PeerID
+from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.multiaddr import Multiaddr
+
+import msgpack
+
+from swarm_node.net import PeerInfo, SwarmError
+from swarm_node.net.announce import Mesh, MeshDriver, OldVersion, send_announcement, serve_announcement
+from swarm_node.net.hivemind_internals import dial, is_old_version, open_stream
+from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
+from swarm_node.net.records import (
+    ANNOUNCE_PROTOCOL, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES, MEMBER_BUCKETS, Member, RecordError,
+    make_member_record, member_bucket, member_key, parse_member_record, parse_record, record_key,
+)
+
+logger = logging.getLogger(__name__)
+DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
+ANNOUNCE_TIMEOUT_S = 5.0  # one announcement exchange (dial + frame + reply) at most
+MAX_CONCURRENT_ANNOUNCES = 64  # announcement streams served at once (one per peer); more are closed
+
+
+def check_member_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
+    """Checks of a v2 membership record value (signature stripped): schema, peer id bound to the
+    owner key, expiry bound. None if valid, else the reason. Cheap: no signature check here."""
+    if len(value) > MAX_MEMBER_BYTES:
+        return "record too large"
+    try:
+        member = parse_member_record(msgpack.unpackb(value, raw=False, strict_map_key=True))
+    except (RecordError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        return f"schema: {e}"
+    if member.peer_id != owner_peer_id(owner_ssh_key):
+        return "peer_id is not the owner key's libp2p peer id"
+    if not math.isfinite(expiration_time) or expiration_time > time.time() + MAX_MEMBER_TTL_S:
+        return "expiration must be finite and at most MAX_MEMBER_TTL_S ahead"
+    return None
+
+
+class RecordValidator(RecordValidatorBase):
+    """Accepts only records under this run's key(s) whose subkey is ``[owner:<ssh-rsa key>]``, whose
+    value matches the schema, whose ``peer_id`` is the libp2p peer id of that same key (a record
+    cannot speak for another peer), and which are signed by that key (hivemind's
+    RSASignatureValidator). The signature is checked last, so junk costs no RSA operation.
+
+    v1 (`RecordValidator(key, run_id)`): the run's one peers key, v1 record schema.
+    v2 (`RecordValidator.members(key, run_id)`): the run's MEMBER_BUCKETS membership keys."""
+
+    def __init__(self, private_key: RSAPrivateKey, run_id: str, stats: dict | None = None, *,
+                 keys: list[str] | None = None, check_value=check_record_value, max_bytes: int = MAX_SIGNED_RECORD_BYTES):
+        self._rsa = RSASignatureValidator(private_key)
+        self._key_ids = {DHTID.generate(source=k).to_bytes() for k in (keys or [record_key(run_id)])}
+        self._check_value, self._max_bytes = check_value, max_bytes
+        self.stats = stats if stats is not None else {"records_rejected": 0}
+
+    @classmethod
+    def members(cls, private_key: RSAPrivateKey, run_id: str, stats: dict | None = None) -> RecordValidator:
+        return cls(private_key, run_id, stats, keys=[member_key(run_id, b) for b in range(MEMBER_BUCKETS)],
+                   check_value=check_member_value, max_bytes=MAX_MEMBER_BYTES + 1024)
+
+    @property
+    def local_public_key(self) -> bytes:
+        return self._rsa.local_public_key  # b"[owner:ssh-rsa AAAA...]", the subkey of our record
+
+    def check(self, record: DHTRecord) -> str | None:
+        """None if valid, else the reason."""
+        if record.key not in self._key_ids:
+            return "key is not one of this run's discovery keys"
+        if record.subkey is None or len(record.value) > self._max_bytes:
+            return "missing subkey or oversized value"
+        owner = owner_key_of(record.subkey)
+        if owner is None:  # checked first: RSASignatureValidator accepts records without an owner
+            return "subkey must be exactly [owner:<ssh-rsa public key>]"
+        if owner_peer_id(owner) is None:  # before hivemind parses it: a malformed key would raise there
+            return "owner key is not an RSA public key of >= 2048 bits"
+        reason = self._check_value(owner, self._rsa.strip_value(record), record.expiration_time)
+        if reason is not None:
+            return reason
+        try:
+            return None if self._rsa.validate(record) else "bad signature"
+        except Exception:  # hostile bytes must give a reason, never an exception inside a DHT RPC handler
+            return "bad signature"
+
+    def validate(self, record: DHTRecord) -> bool:
+        reason = self.check(record)
+        if reason is not None:
+            self.stats["records_rejected"] = self.stats.get("records_rejected", 0) + 1
+            logger.debug("rejected DHT record: %s", reason)
+        return reason is None
+
+    def sign_value(self, record: DHTRecord) -> bytes:
+        return self._rsa.sign_value(record)
+
+    def strip_value(self, record: DHTRecord) -> bytes:
+        return self._rsa.strip_value(record)
+
+    @property
+    def priority(self) -> int:
+        return 10
+
+
+def parse_initial_peers(maddrs: list[str]) -> list[tuple[PeerID, Multiaddr]]:
+    """(peer id, transport address) of each `--peers` multiaddr; SwarmError names a malformed one."""
+    out = []
+    for s in maddrs:
+        s = s.strip()
+        if not s:
+            continue
+        try:
+            m = Multiaddr(s)
+            pid = PeerID.from_base58(m["p2p"])
+            out.append((pid, m.decapsulate(Multiaddr(f"/p2p/{pid}"))))  # p2pd wants the transport part only
+        except Exception:
+            raise SwarmError(f"bad initial peer {s!r}: expected a multiaddr like "
+                             "/ip4/1.2.3.4/tcp/31337/p2p/<peer id> (copy it from the other node's log)") from None
+    return out
+
+
+class PeerDirectory:
+    """This run's records in the DHT: store ours, look up the others'. Runs on the transport's loop."""
+
+    def __init__(self, dht: DHTNode, validator: RecordValidator, run_id: str, own_peer_id: str, stats: dict[str, int]):
+        self.dht, self.validator, self.own_peer_id, self.stats = dht, validator, own_peer_id, stats
+        self.key = record_key(run_id)
+        self.lock = asyncio.Lock()  # one store at a time: a slow older store must not overwrite a newer record
+
+    async def store(self, record: dict, ttl_s: float) -> bool:
+        async with self.lock:
+            try:
+                ok = await asyncio.wait_for(self.dht.store(
+                    self.key, record, time.time() + ttl_s, subkey=self.validator.local_public_key), DHT_OP_TIMEOUT_S)
+            except Exception as e:
+                logger.debug("record store failed: %r", e)
+                ok = False
+            self.stats["records_published" if ok else "publish_failures"] += 1
+            return bool(ok)
+
+    async def lookup(self, timeout: float) -> list[PeerInfo]:
+        """Live, valid records of the run's other peers, newest per peer ([] if the lookup fails)."""
+        try:
+            found = await asyncio.wait_for(self.dht.get(self.key, latest=True), timeout)
+        except Exception as e:
+            logger.debug("peers lookup failed: %r", e)
+            return []
+        if found is None or not isinstance(found.value, dict):
+            return []
+        now, best = time.time(), {}
+        for item in found.value.values():
+            if item.expiration_time < now:
+                continue
+            try:
+                info = parse_record(item.value)
+            except RecordError:
+                self.stats["records_rejected"] += 1
+                continue
+            if info.peer_id != self.own_peer_id and (
+                    info.peer_id not in best or best[info.peer_id].updated_at < info.updated_at):
+                best[info.peer_id] = info
+        return sorted(best.values(), key=lambda p: p.peer_id)
+
+
+class MemberDirectory:
+    """Discovery v2's DHT part: our membership record in bucket H(peer id) mod MEMBER_BUCKETS, and
+    reads of one random bucket that stop at the first holder (`DHTNode.get(latest=False)`). Holders
+    keep at most MAX_BUCKET_ENTRIES records per bucket (`hivemind.cap_dictionary_values`), so no
+    DHT value grows with the number of identities; a read considers at most `max_read` records."""
+
+    def __init__(self, dht: DHTNode, validator: RecordValidator, run_id: str, own_peer_id: str, protocol: int,
+                 stats: dict[str, int], max_read: int = 16):
+        self.dht, self.validator, self.run_id, self.own_peer_id = dht, validator, run_id, own_peer_id
+        self.protocol, self.stats, self.max_read = protocol, stats, max_read
+        self.key = member_key(run_id, member_bucket(own_peer_id))
+
+    async def store(self, addrs: list[str], ttl_s: float) -> bool:
+        record = make_member_record(self.own_peer_id, self.protocol, addrs, time.time())
+        try:
+            ok = await asyncio.wait_for(self.dht.store(
+                self.key, record, time.time() + ttl_s, subkey=self.validator.local_public_key), DHT_OP_TIMEOUT_S)
+        except Exception as e:
+            logger.debug("membership store failed: %r", e)
+            ok = False
+        self.stats["members_published" if ok else "publish_failures"] += 1
+        return bool(ok)
+
+    async def read(self, tries: int = 3) -> list[tuple[str, list[str]]]:
+        """(peer id, multiaddrs) of up to `max_read` live members of our packet protocol, from the first
+        of up to `tries` random buckets that has any ([] if none)."""
+        for bucket in random.sample(range(MEMBER_BUCKETS), min(tries, MEMBER_BUCKETS)):
+            self.stats["member_reads"] += 1
+            try:
+                found = await asyncio.wait_for(self.dht.get(member_key(self.run_id, bucket)), DHT_OP_TIMEOUT_S)
+            except Exception as e:
+                logger.debug("membership read failed: %r", e)
+                continue
+            members = self.parse(found.value if found is not None else None)
+            if members:
+                return [(m.peer_id, m.addrs) for m in members]
+        return []
+
+    def parse(self, value) -> list[Member]:
+        """A random sample of at most `max_read` live entries, parsed; others' protocols left out."""
+        if not isinstance(value, dict):
+            return []
+        now = time.time()
+        items = [item for item in value.values() if item.expiration_time >= now]
+        out = []
+        for item in random.sample(items, min(self.max_read, len(items))):
+            try:
+                member = parse_member_record(item.value)
+            except RecordError:
+                self.stats["records_rejected"] += 1
+                continue
+            if member.peer_id != self.own_peer_id and member.protocol == self.protocol:
+                out.append(member)
+        return out
+
+
+class PushDiscovery:
+    """Discovery v2 on a running P2P daemon: the announcement mesh (`announce.Mesh`, driven by a
+    `MeshDriver`) over `ANNOUNCE_PROTOCOL` streams, plus our membership record. Runs on the
+    transport's loop; `stats` gets announces_* and member_* counters."""
+
+    def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int]):
+        self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
+        self.driver = MeshDriver(mesh, self.contact, members.read)
+        self.serving: set[str] = set()  # peers whose announcement we are answering now
+        self.addrs: list[str] = []
+        self.member_ttl_s = MAX_MEMBER_TTL_S
+
+    async def listen(self, addrs: list[str], member_ttl_s: float) -> None:
+        self.addrs, self.member_ttl_s = addrs, member_ttl_s
+        await self.p2p.add_binary_stream_handler(ANNOUNCE_PROTOCOL, self.serve)
+
+    async def start(self, own: dict) -> list[asyncio.Task]:
+        """Dial the initial peers now; returns the background tasks (mesh upkeep, membership record)."""
+        self.mesh.set_own(**own)
+        await self.driver.tick()
+        loop = asyncio.get_running_loop()
+        return [loop.create_task(self.driver.run()), loop.create_task(self._member_loop())]
+
+    def publish(self, own: dict) -> None:
+        self.mesh.set_own(**own)
+        self.driver.push()
+
+    async def close(self) -> None:
+        await self.driver.close()
+
+    async def contact(self, peer: str, addrs: list[str], announcement: dict) -> dict:
+        """One announcement exchange with `peer` (dialling `addrs` if not connected): its reply.
+        Raises OldVersion if it does not speak discovery v2, anything else if unreachable."""
+        pid = PeerID.from_base58(peer)
+
+        async def exchange() -> dict:
+            try:
+                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOL)
+            except Exception as e:
+                if is_old_version(e):
+                    raise OldVersion(peer) from None
+                if not addrs:
+                    raise
+                await dial(self.p2p, pid, Multiaddr(addrs[0]))
+                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOL)
+            try:
+                if info.peer_id != pid:
+                    raise SwarmError(f"stream to {peer} reached {info.peer_id}")
+                reply, sent, received = await send_announcement(reader, writer, announcement)
+            finally:
+                writer.close()
+            self._count(sent, received, "announces_sent")
+            return reply
+
+        try:
+            return await asyncio.wait_for(exchange(), ANNOUNCE_TIMEOUT_S)
+        except OldVersion:
+            raise
+        except (Exception, asyncio.TimeoutError):
+            self.stats["announce_failures"] += 1
+            raise
+
+    async def serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer one announcement; one stream per peer at a time, MAX_CONCURRENT_ANNOUNCES in all."""
+        peer = str(info.peer_id)
+        if peer in self.serving or len(self.serving) >= MAX_CONCURRENT_ANNOUNCES:
+            writer.close()
+            return
+        self.serving.add(peer)
+        refused = self.mesh.refused.total()
+        try:
+            received, sent = await asyncio.wait_for(serve_announcement(
+                reader, writer, lambda obj: self.mesh.receive(peer, obj, time.time())), ANNOUNCE_TIMEOUT_S)
+            self._count(sent, received, "announces_received")
+        except Exception as e:
+            logger.debug("serving an announcement to %s failed: %r", peer, e)
+        finally:
+            self.stats["announces_refused"] += self.mesh.refused.total() - refused
+            self.serving.discard(peer)
+            writer.close()
+
+    def _count(self, sent: int, received: int, what: str) -> None:
+        self.stats[what] += 1
+        self.stats["announce_bytes_out"] += sent
+        self.stats["announce_bytes_in"] += received
+
+    async def _member_loop(self) -> None:
+        """Keep our membership record in the DHT: stored now, then every member_ttl_s / 3."""
+        while True:
+            await self.members.store(self.addrs, self.member_ttl_s)
+            await asyncio.sleep(self.member_ttl_s / 3)

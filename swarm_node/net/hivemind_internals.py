@@ -1,0 +1,92 @@
+"""hivemind internals: every use of a hivemind attribute that is not public API, one small function each.
+
+So that a hivemind upgrade has one place to check. Tested with hivemind 1.1.12 (pyproject.toml
+pins 1.1.x). Used by `hivemind.py` (the transport) only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from cryptography.hazmat.primitives.asymmetric import rsa
+from hivemind.dht.node import DHTNode
+from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
+from hivemind.p2p import P2P, PeerID
+from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+from hivemind.p2p.p2p_daemon_bindings.utils import raise_if_failed, read_pbmsg_safe, write_pbmsg
+from hivemind.proto import p2pd_pb2
+from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.multiaddr import Multiaddr
+
+
+def wrap_rsa_key(key: rsa.RSAPrivateKey) -> RSAPrivateKey:
+    """hivemind's key type around a `cryptography` key: it has no from_bytes(), so mirror its
+    __setstate__ (private `RSAPrivateKey._private_key`)."""
+    wrapped = RSAPrivateKey.__new__(RSAPrivateKey)
+    wrapped._private_key = key
+    return wrapped
+
+
+def p2pd_pid(p2p: P2P) -> int | None:
+    """pid of the p2pd child process (private `P2P._child`)."""
+    return p2p._child.pid if p2p._child is not None else None
+
+
+async def dial(p2p: P2P, pid: PeerID, maddr: Multiaddr) -> None:
+    """Connect to a peer at a known address (private `P2P._client`). P2P.create(initial_peers=...)
+    would make p2pd exit when those peers are down, so bootstrap peers are dialled here."""
+    await p2p._client.connect(pid, [maddr])
+
+
+async def ping(dht: DHTNode, pid: PeerID) -> bool:
+    """One DHT ping RPC, which also adds the peer to our routing table (`DHTNode.protocol`)."""
+    return await dht.protocol.call_ping(pid) is not None
+
+
+def has_routes(dht: DHTNode) -> bool:
+    """Whether the DHT routing table knows any peer (`DHTNode.protocol.routing_table`)."""
+    return bool(dht.protocol.routing_table.uid_to_peer_id)
+
+
+class CappedStorage(DHTLocalStorage):
+    """hivemind's local DHT storage, but every dictionary value keeps at most `max_entries` subkeys
+    (those expiring last; `TimedStorage.maxsize` evicts the earliest-expiring)."""
+
+    def __init__(self, max_entries: int):
+        super().__init__()
+        self.max_entries = max_entries
+
+    def store_subkey(self, key, subkey, value, expiration_time) -> bool:
+        ok = super().store_subkey(key, subkey, value, expiration_time)
+        entry = self.get(key)
+        if entry is not None and isinstance(entry.value, DictionaryDHTValue):
+            entry.value.maxsize = self.max_entries  # set when the dictionary is created: later stores trim it
+        return ok
+
+
+def cap_dictionary_values(dht: DHTNode, max_entries: int) -> None:
+    """Make `dht` keep at most `max_entries` subkeys per dictionary value it holds (replaces the
+    private `DHTNode.protocol.storage`, empty right after `DHTNode.create`)."""
+    dht.protocol.storage = CappedStorage(max_entries)
+
+
+def is_old_version(error: Exception) -> bool:
+    """A stream-open error saying the peer does not speak the protocol (p2pd's multistream refusal)."""
+    return "protocols not supported" in str(error)
+
+
+async def open_stream(p2p: P2P, pid: PeerID, proto: str) -> tuple[StreamInfo, asyncio.StreamReader,
+                                                                   asyncio.StreamWriter]:
+    """= P2P.call_binary_stream_handler, but closes the p2pd control socket when opening fails or
+    is cancelled (private `P2P._client.control.daemon_connector`)."""
+    reader, writer = await p2p._client.control.daemon_connector.open_connection()
+    try:
+        await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.STREAM_OPEN, streamOpen=(
+            p2pd_pb2.StreamOpenRequest(peer=pid.to_bytes(), proto=[proto]))))
+        response = p2pd_pb2.Response()
+        await read_pbmsg_safe(reader, response)
+        raise_if_failed(response)
+        return StreamInfo.from_protobuf(response.streamInfo), reader, writer
+    except BaseException:
+        writer.close()
+        raise

@@ -1,0 +1,105 @@
+"""exchange.py: echoes of our own packets are rejected (`echo`) and never end the wait for a real peer."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from swarm_node.admit import Admission, Expectations
+from swarm_node.codec import Completion, Group, Packet, decode, encode, tokenizer_fingerprint
+from swarm_node.codec import digest as packet_digest
+from swarm_node.config import RolloutConfig, load_config
+from swarm_node.exchange import Exchange, group_fingerprint
+from swarm_node.net import Collected, Received
+from swarm_node.rollout import generate_groups, round_examples
+from swarm_node.sampling.hf import HFSampler
+
+
+def _group(seed: int) -> Group:
+    rng = np.random.default_rng(seed)
+    completions = [Completion(rng.integers(0, 100, 5, dtype=np.uint32), -rng.random(5, dtype=np.float32), "stop", 0.0)
+                   for _ in range(3)]
+    return Group("arith", f"train/{seed}", rng.integers(0, 100, 7, dtype=np.uint32), completions)
+
+
+def test_group_fingerprint_ignores_the_envelope_and_rewards_not_the_content():
+    group = _group(1)
+    fp = group_fingerprint(group)
+    rewarded = Group(group.task, group.example_id, group.prompt_tokens,
+                     [dataclasses.replace(c, reward=1.0) for c in group.completions])
+    assert group_fingerprint(rewarded) == fp
+    wire = Packet(run_id="run", sender="QmEvil", model_id="m", tokenizer="t", policy_version=9, round=3,
+                  mode="horizontal", groups=[group], created_at=123)
+    assert group_fingerprint(decode(encode(wire)).groups[0]) == fp  # int64 vs uint32 arrays: same bytes on the wire
+    changed = dataclasses.replace(group.completions[0], tokens=group.completions[0].tokens + 1)
+    assert group_fingerprint(Group(group.task, group.example_id, group.prompt_tokens,
+                                   [changed, *group.completions[1:]])) != fp
+    assert group_fingerprint(_group(2)) != fp
+
+
+def _resigned(data: bytes, sender: str, **changes) -> bytes:
+    """Our packet as an echoing peer re-serves it: its own id as sender, rewards claimed 1, re-stamped."""
+    packet = decode(data)
+    for g in packet.groups:
+        for c in g.completions:
+            c.reward = 1.0
+    return encode(dataclasses.replace(packet, sender=sender, created_at=packet.created_at + 1, **changes))
+
+
+class ScriptedTransport:
+    """A `Transport` whose successive `collect` calls deliver the batches the test scripted."""
+
+    peer_id = "QmMe"
+
+    def __init__(self):
+        self.offered: list[bytes] = []
+        self.batches: list[list[Received]] = []
+        self.calls: list[int] = []  # min_peers asked for, per collect call
+
+    def offer(self, round, policy_version, data):
+        self.offered.append(data)
+        return packet_digest(data)
+
+    def collect(self, oldest, newest, min_peers, deadline_s):
+        self.calls.append(min_peers)
+        return Collected(self.batches.pop(0) if self.batches else [], peers=2)
+
+    def distrust(self, peer, digest):
+        pass
+
+    def stats(self):
+        return {}
+
+
+def test_echoes_of_our_packet_are_rejected_and_do_not_end_the_wait(tiny_policy, arith):
+    """QmEvil re-signs our packet (whole; and one of our groups beside one of its own); both pass every
+    other check. They are counted as `echo`, and the exchange keeps waiting for QmHonest's packet."""
+    rollout = RolloutConfig(group_size=3, max_new_tokens=6)
+
+    def groups(key: str, r: int) -> list[Group]:
+        return generate_groups(HFSampler(tiny_policy), tiny_policy, arith, round_examples(arith, r, 2, key), rollout,
+                               seed=len(key) + r)
+
+    def wire(sender: str, r: int, gs: list[Group]) -> bytes:
+        return encode(Packet(run_id="run", sender=sender, model_id="tiny-s", tokenizer=tokenizer, policy_version=1,
+                             round=r, mode="vertical", groups=gs))
+
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=20", "swarm.staleness=2"])
+    tokenizer = tokenizer_fingerprint(tiny_policy.tokenizer)
+    transport = ScriptedTransport()
+    exchange = Exchange(transport, cfg.swarm, "tiny-s", tokenizer)
+    exchange.offer(5, 1, groups("me", 5))
+    ours = transport.offered[0]
+    whole = _resigned(ours, "QmEvil")
+    partial = wire("QmEvil", 4, [decode(ours).groups[0], *groups("evil", 4)[:1]])
+    honest = wire("QmHonest", 5, groups("honest", 5))
+    transport.batches = [[Received("QmEvil", 5, packet_digest(whole), whole)],
+                         [Received("QmEvil", 4, packet_digest(partial), partial)],
+                         [Received("QmHonest", 5, packet_digest(honest), honest)]]
+    admission = Admission(Expectations("run", tokenizer, staleness=2, max_tokens=6), arith, tiny_policy)
+    admission.check(transport.batches[0][0], 5)  # without the echo check, QmEvil's copy is admissible
+    accepted, stats = exchange.collect(5, lambda item: admission.check(item, 5))
+    assert [peer for peer, _ in accepted] == ["QmHonest"]
+    assert transport.calls == [1, 1, 1]  # each echo left the wait open: the exchange asked again
+    assert stats["swarm/rejected/echo"] == 2 and stats["swarm/packets_received"] == 3
+    assert stats["swarm/packets_accepted"] == 1

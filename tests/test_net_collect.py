@@ -1,0 +1,199 @@
+"""net/collect.py: the collect loop and the transport's delivery memory, with fake peers (no network).
+
+Stalls: offers re-read while fetches are pending, stallers resting; the per-peer limits (flood, byte
+budget, replays) are covered in test_reliability.py."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from swarm_node.codec import digest as packet_digest
+from swarm_node.net import PeerInfo
+from swarm_node.net.collect import MAX_REMEMBERED, CollectLimits, Delivery, collect_offers
+
+LIMITS = CollectLimits(fetch_timeout_s=1.0, max_packet_bytes=16 * 2**20, max_peer_packets=4, max_peer_bytes=32 * 2**20,
+                       poll_s=0.05)
+
+
+def _peer(pid: str, offers, round_: int = 1) -> PeerInfo:
+    return PeerInfo(pid, "m", "t", 1, round_, 1, list(offers), 0.0)
+
+
+def _lister(peers):
+    async def list_peers(timeout):
+        return peers
+    return list_peers
+
+
+def test_collect_is_deadline_bounded_deduplicated_and_remembers_deliveries():
+    data = b"d" * 2_500_000
+    d = packet_digest(data)
+    fake = packet_digest(b"promised")
+    offers = [(1, d, len(data)), (2, fake, 11), (9, packet_digest(b"x"), 1)]
+    peers = [_peer("QmA", offers), _peer("QmB", offers)]
+    calls = []
+
+    async def fake_fetch(peer, digest, timeout, size):
+        calls.append((peer, digest))
+        return (data, "ok") if digest == d else (None, "mismatch")
+
+    async def main():
+        state = Delivery()
+        kw = dict(wanted=lambda r: r < 5)
+        t0 = time.monotonic()
+        got = await collect_offers(_lister(peers), fake_fetch, LIMITS, state, min_count=5, deadline_s=0.5, **kw)
+        assert 0.45 < time.monotonic() - t0 < 1.0
+        assert [(g.peer_id, g.digest, g.data == data) for g in got.packets] == [("QmA", d, True)]
+        assert set(state.delivered) == {d} and got.peers == 2
+        assert (("QmA", packet_digest(b"x")) not in calls) and calls.count(("QmA", d)) == 1
+        assert got.dropped == Counter({"digest_mismatch": 2})  # once per (peer, digest), whatever the retries
+        got = await collect_offers(_lister(peers), fake_fetch, LIMITS, Delivery(), min_count=0, deadline_s=5, **kw)
+        assert len(got.packets) == 1  # min_count=0: one pass, then return
+
+    asyncio.run(main())
+
+
+def test_stale_offers_are_counted_once_and_never_fetched_even_at_deadline_zero():
+    stale, fresh = packet_digest(b"old"), packet_digest(b"new")
+    peers = [_peer("QmA", [(2, stale, 3), (5, fresh, 3)], round_=5), _peer("QmB", [(2, stale, 3)], round_=5)]
+    fetched = []
+
+    async def fetch(peer, digest, timeout, size):
+        fetched.append(digest)
+        return b"new", "ok"
+
+    async def main():
+        state = Delivery()
+        window = dict(wanted=lambda r: 4 <= r <= 6, oldest=4, newest=6)
+        got = await collect_offers(_lister(peers), fetch, LIMITS, state, min_count=1, deadline_s=0, **window)
+        assert got.packets == [] and got.dropped == Counter({"stale": 1}) and got.peers == 2 and fetched == []
+        got = await collect_offers(_lister(peers), fetch, LIMITS, state, min_count=1, deadline_s=2, **window)
+        assert [g.digest for g in got.packets] == [fresh] and got.dropped == Counter() and fetched == [fresh]
+
+    asyncio.run(main())
+
+
+def test_own_digest_is_never_delivered_and_distrust_lets_another_peer_deliver():
+    mine, theirs = packet_digest(b"mine"), packet_digest(b"theirs")
+    peers = [_peer("QmEvil", [(1, mine, 4), (1, theirs, 6)]), _peer("QmHonest", [(2, theirs, 6)])]
+    body = {mine: b"mine", theirs: b"theirs"}
+
+    async def fetch(peer, digest, timeout, size):
+        return body[digest], "ok"
+
+    async def main():
+        state = Delivery()
+        state.own(mine, 1)
+        got = await collect_offers(_lister(peers[:1]), fetch, LIMITS, state, wanted=lambda r: True, min_count=1,
+                                   deadline_s=2)
+        assert [(g.peer_id, g.digest) for g in got.packets] == [("QmEvil", theirs)]
+        state.distrust("QmEvil", theirs)  # e.g. the packet names another sender
+        assert theirs not in state.delivered
+        got = await collect_offers(_lister(peers), fetch, LIMITS, state, wanted=lambda r: True, min_count=1,
+                                   deadline_s=2)
+        assert [(g.peer_id, g.digest) for g in got.packets] == [("QmHonest", theirs)]
+
+    asyncio.run(main())
+
+
+def test_delivery_memory_is_bounded():
+    state = Delivery()
+    for i in range(MAX_REMEMBERED + 10):
+        state.delivered[f"d{i}"] = i
+        state.taken[("p", i)] = f"d{i}"
+        state.counted.add(("p", f"d{i}", "flood"))
+    state.bound()
+    assert len(state.delivered) == len(state.taken) == MAX_REMEMBERED and not state.counted
+    assert "d9" not in state.delivered and f"d{MAX_REMEMBERED + 9}" in state.delivered  # oldest went first
+    state.forget_before(MAX_REMEMBERED)
+    assert sorted(state.delivered.values()) == list(range(MAX_REMEMBERED, MAX_REMEMBERED + 10))
+
+
+def _staller(fetched: list):
+    """A fetch that stalls for QmStall (until its timeout) and answers everyone else at once."""
+    async def fetch(peer, digest, timeout, size):
+        fetched.append((peer, digest))
+        if peer.startswith("QmStall"):
+            await asyncio.sleep(timeout)
+            return None, "timeout"
+        return b"honest", "ok"
+    return fetch
+
+
+def test_an_offer_published_while_a_fetch_stalls_is_fetched_within_a_poll():
+    """Offers are re-read while a fetch is pending: a packet published 0.3 s into the call, beside a
+    staller whose fetch takes the whole 5 s timeout, arrives about one poll interval later."""
+    honest = packet_digest(b"honest")
+    staller = _peer("QmStall", [(1, packet_digest(b"s%d" % i), 10) for i in range(4)])
+    listed = [staller]
+    fetched = []
+
+    async def list_peers(timeout):
+        return list(listed)
+
+    async def publish_later():
+        await asyncio.sleep(0.3)
+        listed.append(_peer("QmHonest", [(1, honest, 6)]))
+
+    async def main():
+        limits = CollectLimits(fetch_timeout_s=5.0, max_packet_bytes=2**20, max_peer_packets=4, max_peer_bytes=2**20,
+                               poll_s=0.1)
+        publisher = asyncio.create_task(publish_later())
+        t0 = time.monotonic()
+        got = await collect_offers(list_peers, _staller(fetched), limits, Delivery(), wanted=lambda r: True,
+                                   min_count=1, deadline_s=20)
+        elapsed = time.monotonic() - t0
+        await publisher
+        assert [(g.peer_id, g.digest) for g in got.packets] == [("QmHonest", honest)]
+        assert 0.3 <= elapsed < 0.3 + 0.1 + 0.3  # published at 0.3 s, one poll (0.1 s), slack for a slow CI
+        assert [p for p, _ in fetched].count("QmStall") == 1  # one stalled fetch at a time, never the whole call
+
+    asyncio.run(main())
+
+
+def test_stallers_filling_every_slot_delay_an_honest_packet_by_one_fetch_timeout_at_most():
+    """3 stallers, 2 slots: both slots stall for the fetch timeout, then the stallers rest for as long
+    and the honest peer's packet takes a slot."""
+    stallers = [_peer(f"QmStall{i}", [(1, packet_digest(b"s%d" % i), 10)]) for i in range(3)]
+    honest = _peer("QmHonest", [(1, packet_digest(b"honest"), 6)])
+    fetched = []
+
+    async def main():
+        limits = CollectLimits(fetch_timeout_s=0.5, max_packet_bytes=2**20, max_peer_packets=4, max_peer_bytes=2**20,
+                               max_parallel=2, poll_s=0.05)
+        t0 = time.monotonic()
+        got = await collect_offers(_lister([*stallers, honest]), _staller(fetched), limits, Delivery(),
+                                   wanted=lambda r: True, min_count=1, deadline_s=10)
+        elapsed = time.monotonic() - t0
+        assert [g.peer_id for g in got.packets] == ["QmHonest"]
+        assert 0.5 <= elapsed < 0.5 + 0.3
+        asked = Counter(p for p, _ in fetched)  # the first two stalled once each, then rested; never asked again
+        assert asked["QmStall0"] == asked["QmStall1"] == asked["QmHonest"] == 1
+
+    asyncio.run(main())
+
+
+def test_a_slow_peer_listing_does_not_hold_up_fetches_in_flight():
+    """A lookup that takes 2 s (e.g. a crowded DHT key) runs beside the fetches: a packet whose fetch
+    finishes meanwhile ends the call at once."""
+    good = packet_digest(b"good")
+    calls = []
+
+    async def list_peers(timeout):
+        calls.append(time.monotonic())
+        if len(calls) > 1:
+            await asyncio.sleep(min(2.0, timeout))
+        return [_peer("QmSlow", [(1, good, 4)])]
+
+    async def fetch(peer, digest, timeout, size):
+        await asyncio.sleep(0.3)
+        return b"good", "ok"
+
+    async def main():
+        t0 = time.monotonic()
+        got = await collect_offers(list_peers, fetch, LIMITS, Delivery(), wanted=lambda r: True, min_count=1,
+                                   deadline_s=10)
+        assert [g.digest for g in got.packets] == [good] and time.monotonic() - t0 < 0.6
+
+    asyncio.run(main())

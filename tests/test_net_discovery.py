@@ -1,0 +1,250 @@
+"""net/discovery.py and net/announce.py: record validators, membership reads, the v2 mesh (unit; no network).
+
+Real DHTs and libp2p streams are in test_net_hivemind.py, the Sybil case in test_net_sybil.py."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from swarm_node.codec import digest as packet_digest
+from swarm_node.net import SwarmError
+from swarm_node.net.announce import Mesh, MeshDriver, MeshParams, OldVersion, fanout
+from swarm_node.net.discovery import MemberDirectory, RecordValidator, parse_initial_peers
+from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
+from swarm_node.net.identity import load_or_create_identity, peer_id_of
+from swarm_node.net.records import MEMBER_BUCKETS, make_member_record, make_record, member_bucket, member_key, record_key
+
+
+def _record(peer_id="QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", offers=()):
+    return make_record(peer_id, "model", "tok", 1, 3, 2, list(offers), 1000.0)
+
+
+def test_validator_rejects_forged_and_malformed_records():
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils.serializer import MSGPackSerializer
+
+    key_x, _ = load_or_create_identity(None)
+    key_y, _ = load_or_create_identity(None)
+    vx, vy = RecordValidator(wrap_rsa_key(key_x), "run-a"), RecordValidator(wrap_rsa_key(key_y), "run-a")
+    pid_x, pid_y = (peer_id_of(k.public_key()) for k in (key_x, key_y))
+    key_id = DHTID.generate(source=record_key("run-a")).to_bytes()
+    expiration = time.time() + 60
+
+    def signed(validator, subkey: bytes, value: dict, key: bytes = key_id) -> DHTRecord:
+        rec = DHTRecord(key, MSGPackSerializer.dumps(subkey), MSGPackSerializer.dumps(value), expiration)
+        return DHTRecord(rec.key, rec.subkey, validator.sign_value(rec), expiration)
+
+    good = signed(vy, vy.local_public_key, _record(pid_y))
+    assert vx.validate(good) and vx.stats["records_rejected"] == 0
+    assert MSGPackSerializer.loads(vx.strip_value(good))["peer_id"] == pid_y
+
+    # X signs a record placed in Y's subkey: X's signature does not verify under Y's key
+    forged = DHTRecord(key_id, good.subkey, signed(vx, vx.local_public_key, _record(pid_y)).value, expiration)
+    assert vx.check(forged) == "bad signature" and not vx.validate(forged)
+    # Y (validly signed, own subkey) claims X's libp2p peer id
+    assert "peer_id" in vx.check(signed(vy, vy.local_public_key, _record(pid_x)))
+    # tampered value / extended expiration after signing
+    tampered = DHTRecord(key_id, good.subkey, good.value.replace(b"\xa5model", b"\xa5MODEL"), expiration)
+    assert vx.check(tampered) == "bad signature"
+    assert vx.check(DHTRecord(key_id, good.subkey, good.value, expiration + 1)) == "bad signature"
+    # unsigned subkey, other run's key, bad schema, absurd expiration
+    assert "subkey" in vx.check(DHTRecord(key_id, MSGPackSerializer.dumps(b"anyone"), MSGPackSerializer.dumps(
+        _record(pid_y)), expiration))
+    other_key = DHTID.generate(source=record_key("run-b")).to_bytes()
+    assert "key" in vx.check(signed(vy, vy.local_public_key, _record(pid_y), key=other_key))
+    assert "schema" in vx.check(signed(vy, vy.local_public_key, {**_record(pid_y), "round": "3"}))
+    far = DHTRecord(key_id, good.subkey, MSGPackSerializer.dumps(_record(pid_y)), time.time() + 10**6)
+    far = DHTRecord(far.key, far.subkey, vy.sign_value(far), far.expiration_time)
+    assert "expiration" in vx.check(far)
+    assert vx.stats["records_rejected"] == 1
+
+
+def test_initial_peers_are_parsed_or_named_in_the_error():
+    pid = peer_id_of(load_or_create_identity(None)[0].public_key())
+    [(peer, addr)] = parse_initial_peers([f" /ip4/10.0.0.1/tcp/31337/p2p/{pid} ", ""])
+    assert str(peer) == pid and str(addr) == "/ip4/10.0.0.1/tcp/31337"
+    with pytest.raises(SwarmError, match="bad initial peer '/ip4/127.0.0.1/tcp/1'"):
+        parse_initial_peers(["/ip4/127.0.0.1/tcp/1"])
+
+
+# ---- discovery v2: membership records ---------------------------------------------------------------
+def _member_record(validator, key: str, value: dict, expiration: float):
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils.serializer import MSGPackSerializer
+
+    rec = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(validator.local_public_key),
+                    MSGPackSerializer.dumps(value), expiration)
+    return DHTRecord(rec.key, rec.subkey, validator.sign_value(rec), expiration)
+
+
+def test_member_validator_checks_cheap_things_before_the_signature():
+    from hivemind.dht.validation import DHTRecord
+
+    key_x, _ = load_or_create_identity(None)
+    key_y, _ = load_or_create_identity(None)
+    vx, vy = (RecordValidator.members(wrap_rsa_key(k), "run-a") for k in (key_x, key_y))
+    pid_y = peer_id_of(key_y.public_key())
+    bucket = member_key("run-a", member_bucket(pid_y))
+    good = make_member_record(pid_y, 1, ["/ip4/127.0.0.1/tcp/5"], 1000.0)
+    exp = time.time() + 60
+    assert vx.check(_member_record(vy, bucket, good, exp)) is None
+    # any of the run's buckets is fine; another run's, or the v1 peers key, is not
+    assert vx.check(_member_record(vy, member_key("run-a", (member_bucket(pid_y) + 1) % MEMBER_BUCKETS), good, exp)) is None
+    assert "key" in vx.check(_member_record(vy, member_key("run-b", 0), good, exp))
+    assert "key" in vx.check(_member_record(vy, record_key("run-a"), good, exp))
+    # junk is rejected by its schema / binding / expiry, before any RSA operation: even unsigned
+    signed = _member_record(vy, bucket, {**good, "protocol": "1"}, exp)
+    unsigned = DHTRecord(signed.key, signed.subkey, vy.strip_value(signed), exp)
+    assert vx.check(unsigned).startswith("schema")
+    assert "peer_id" in vx.check(_member_record(vy, bucket, {**good, "peer_id": peer_id_of(key_x.public_key())}, exp))
+    assert "expiration" in vx.check(_member_record(vy, bucket, good, time.time() + 10**4))
+    forged = DHTRecord(signed.key, signed.subkey, vy.strip_value(_member_record(vy, bucket, good, exp)) + b"[signature:x]",
+                       exp)
+    assert vx.check(forged) == "bad signature"
+
+
+def test_capped_storage_keeps_the_latest_expiring_entries_of_a_dictionary():
+    from hivemind.dht.routing import DHTID
+
+    storage, key, now = CappedStorage(max_entries=8), DHTID.generate(source="k"), time.time()
+    for i in range(100):
+        storage.store(key, b"v%d" % i, now + 100 + i, subkey=b"s%d" % i)
+    value = storage.get(key).value
+    assert len(value) == 8 and sorted(s for s, _ in value.items()) == sorted(b"s%d" % i for i in range(92, 100))
+
+
+def test_member_reads_are_sampled_capped_and_filtered():
+    from types import SimpleNamespace
+
+    key, _ = load_or_create_identity(None)
+    own = peer_id_of(key.public_key())
+    directory = MemberDirectory(None, RecordValidator.members(wrap_rsa_key(key), "r"), "r", own, 1,
+                                {"records_rejected": 0, "member_reads": 0}, max_read=5)
+    now, entries = time.time(), {}
+    for i in range(40):
+        pid = peer_id_of(load_or_create_identity(None)[0].public_key()) if i < 3 else "QmFake" + "x" * i
+        entries[i] = SimpleNamespace(value=make_member_record(pid, 2 if i == 1 else 1, [], now), expiration_time=now + 60)
+    entries["own"] = SimpleNamespace(value=make_member_record(own, 1, [], now), expiration_time=now + 60)
+    entries["old"] = SimpleNamespace(value=make_member_record("QmExpired", 1, [], now), expiration_time=now - 1)
+    entries["junk"] = SimpleNamespace(value={"peer_id": 5}, expiration_time=now + 60)
+    for _ in range(20):
+        got = directory.parse(entries)
+        assert len(got) <= 5 and all(m.protocol == 1 and m.peer_id not in (own, "QmExpired") for m in got)
+
+
+# ---- discovery v2: the mesh -------------------------------------------------------------------------
+PARAMS = MeshParams(degree=2, max_degree=3, ttl_s=60.0, max_packet_bytes=1000)
+
+
+def _ann(run="r", protocol=1, round_=1, offers=(), peers=(), seq=1):
+    return {"run_id": run, "seq": seq, "degree": 0, "model_id": "m", "tokenizer": "t", "protocol": protocol, "round": round_,
+            "policy_version": 1, "offers": [list(o) for o in offers], "addrs": ["/ip4/127.0.0.1/tcp/1"],
+            "peers": [list(p) for p in peers]}
+
+
+def test_fanout_is_k_plus_three_sqrt_k():
+    assert [fanout(k) for k in (0, 1, 2, 4, 9, 24)] == [4, 4, 7, 10, 18, 39]
+    p = MeshParams.for_peers(1, 60.0, 10)
+    assert (p.degree, p.max_degree) == (4, 6)
+
+
+def test_mesh_admits_up_to_max_degree_then_answers_full_with_a_peer_sample():
+    mesh = Mesh("QmMe", "r", 1, PARAMS, rng=random.Random(0))
+    for i in range(3):
+        assert mesh.receive(f"QmP{i}", _ann(), 1.0)["status"] == "ok"
+    reply = mesh.receive("QmLate", _ann(), 1.0)
+    assert reply["status"] == "full" and sorted(p for p, _ in reply["peers"]) == ["QmP0", "QmP1", "QmP2"]
+    assert sorted(i.peer_id for i in mesh.infos()) == ["QmP0", "QmP1", "QmP2"] and "QmLate" not in mesh.neighbors
+    assert mesh.receive("QmP1", _ann(round_=2, seq=2), 2.0)["status"] == "ok"  # a neighbor is always answered
+    ok = mesh.receive("QmP0", _ann(), 3.0)
+    assert all(p != "QmP0" for p, _ in ok["peers"]) and ok["run_id"] == "r"  # never PX a peer to itself
+    assert sorted(mesh.expire(2.0 + PARAMS.ttl_s + 0.5)) == ["QmP1", "QmP2"] and set(mesh.neighbors) == {"QmP0"}
+
+
+def test_junk_announcements_are_refused_and_never_become_peers():
+    mesh = Mesh("QmMe", "r", 1, PARAMS)
+    d, big = packet_digest(b"x"), packet_digest(b"big")
+    cases = {"wrong_run": _ann(run="other"), "wrong_protocol": _ann(protocol=7),
+             "bad_request": _ann(round_=2**63 - 1), "unfetchable": _ann(offers=[(1, big, 2**31)])}
+    for reason, ann in cases.items():
+        assert mesh.receive("QmJunk", ann, 1.0) == {"status": "refused", "reason": reason}
+    assert mesh.receive("QmJunk", {"not": "an announcement"}, 1.0)["reason"] == "bad_request"
+    assert mesh.infos() == [] and mesh.refused == Counter(
+        {"wrong_run": 1, "wrong_protocol": 1, "bad_request": 2, "unfetchable": 1})
+    assert mesh.take_dropped() == Counter({"oversize": 1})  # the unfetchable offer, as the v1 collect counted it
+    # a peer with something fetchable keeps it; its oversize offers are stripped and counted once
+    for _ in range(3):
+        assert mesh.receive("QmMixed", _ann(offers=[(1, d, 10), (1, big, 2**31)]), 1.0)["status"] == "ok"
+    [info] = mesh.infos()
+    assert info.offers == [(1, d, 10)] and mesh.take_dropped() == Counter({"oversize": 1}) and mesh.dropped == Counter()
+    # a neighbor that turns to junk is dropped
+    assert mesh.receive("QmMixed", _ann(protocol=2), 2.0)["status"] == "refused" and mesh.infos() == []
+
+
+def test_a_reply_overtaken_by_a_newer_push_does_not_replace_it():
+    mesh = Mesh("QmMe", "r", 1, PARAMS)
+    d1, d2 = packet_digest(b"1"), packet_digest(b"2")
+    mesh.receive("QmA", _ann(round_=2, offers=[(2, d2, 1)], seq=20), 1.0)  # A's push of round 2
+    assert mesh.on_reply("QmA", {"status": "ok", **_ann(round_=1, offers=[(1, d1, 1)], seq=10)}, 1.1) == "ok"
+    assert mesh.infos()[0].offers == [(2, d2, 1)]
+
+
+def test_candidates_backoff_and_peer_exchange():
+    mesh = Mesh("QmMe", "r", 1, PARAMS, initial={"QmBoot": ["/ip4/1.2.3.4/tcp/1"]}, rng=random.Random(1))
+    assert mesh.candidates(5, 0.0) == [("QmBoot", ["/ip4/1.2.3.4/tcp/1"])]
+    mesh.on_failure("QmBoot", 0.0)
+    mesh.on_failure("QmBoot", 0.0)
+    assert mesh.candidates(5, 3.9) == [] and mesh.candidates(5, 4.1)[0][0] == "QmBoot"  # retried after 2, then 4 s
+    px = [("QmX", ["/ip4/1/tcp/1"]), ("QmY", ["/ip4/2/tcp/2"]), ("QmMe", ["/ip4/3/tcp/3"])]
+    assert mesh.on_reply("QmBoot", {"status": "full", "peers": [list(p) for p in px]}, 5.0) == "full"
+    assert sorted(p for p, _ in mesh.candidates(5, 5.0)) == ["QmX", "QmY"]  # never ourselves; Boot waits
+    assert mesh.on_reply("QmX", {"status": "ok", **_ann(peers=[("QmZ", ["/ip4/4/tcp/4"])])}, 6.0) == "ok"
+    assert "QmX" in mesh.neighbors and "QmZ" in mesh.known and mesh.short()
+    assert mesh.on_reply("QmY", {"status": "refused", "reason": "wrong_run"}, 6.0) == "refused"
+    assert "QmY" not in mesh.neighbors and mesh.retry_at["QmY"] > 6.0
+
+
+def test_mesh_driver_pushes_keeps_alive_dials_and_reads_members(caplog):
+    clock = [100.0]
+    mesh = Mesh("QmMe", "r", 1, PARAMS, initial={"QmOld": []})
+    calls, reads = [], []
+
+    async def contact(peer, addrs, announcement):
+        calls.append((peer, announcement["round"]))
+        if peer == "QmOld":
+            raise OldVersion(peer)
+        if peer == "QmDead":
+            raise OSError("unreachable")
+        return {"status": "ok", **_ann()}
+
+    async def read_members():
+        reads.append(clock[0])
+        return [("QmNew", []), ("QmDead", [])]
+
+    driver = MeshDriver(mesh, contact, read_members, clock=lambda: clock[0])
+
+    async def main():
+        await driver.tick()  # dials the initial peer: an old node
+        await asyncio.sleep(0)
+        await driver.tick()  # out of candidates: reads the membership keys
+        await driver.tick()
+        await asyncio.gather(*driver.in_flight.values())
+        mesh.set_own("m", "t", 5, 5, [], [])
+        driver.push()
+        await asyncio.gather(*driver.in_flight.values())
+        clock[0] += PARAMS.ttl_s / 3 + 1  # keepalive due
+        await driver.tick()
+        await asyncio.gather(*driver.in_flight.values())
+
+    caplog.set_level(logging.WARNING, logger="swarm_node.net.announce")
+    asyncio.run(main())
+    assert [m for m in caplog.messages if "older swarm-node" in m] and "QmOld" in mesh.old_version
+    assert reads == [100.0] and set(mesh.neighbors) == {"QmNew"} and "QmDead" in mesh.retry_at
+    assert ("QmNew", 5) in calls and calls.count(("QmNew", 5)) == 2  # the push, then the keepalive

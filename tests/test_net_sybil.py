@@ -1,0 +1,178 @@
+"""Sybil identities and junk peers against discovery v2 (issue 18, points 2 and 7), real libp2p on 127.0.0.1.
+
+One attacker (this test process, its own p2pd and DHT node) makes 1,000 RSA identities and stores a
+validly signed membership record for each in the run's DHT keys, pointing at addresses where
+nobody answers; a second attacker host pushes junk announcements (absurd round, 2^31-byte offers,
+unknown protocol). Two honest nodes must keep exchanging every round, at normal speed, never
+count the junk as peers, and no DHT value they hold may grow with the number of identities.
+
+Identities are made the way a cheap attacker would: RSA moduli p*q from a pool of 46 primes (taken
+from 23 freshly generated keys), 1,035 distinct valid 2048-bit keys in a few seconds instead of
+~3 minutes of key generation.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from swarm_node.config import SwarmConfig
+from swarm_node.net.announce import MeshDriver
+from swarm_node.net.hivemind import HivemindTransport
+from swarm_node.net.hivemind_internals import open_stream, wrap_rsa_key
+from swarm_node.net.identity import peer_id_of
+from swarm_node.net.loop import LoopThread
+from swarm_node.net.records import (ANNOUNCE_PROTOCOL, MAX_BUCKET_ENTRIES, MEMBER_BUCKETS, make_member_record,
+                                    member_bucket, member_key)
+
+LOCAL = ["/ip4/127.0.0.1/tcp/0"]
+SYBILS = 1000
+
+
+def cheap_identities(n: int) -> list[rsa.RSAPrivateKey]:
+    """n distinct 2048-bit RSA keys: products of pairs of primes from ceil(sqrt(2n)) + 1 generated primes."""
+    primes = []
+    while len(primes) * (len(primes) - 1) // 2 < n:
+        numbers = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_numbers()
+        primes += [numbers.p, numbers.q]
+    keys = []
+    for p, q in itertools.islice(itertools.combinations(primes, 2), n):
+        d = pow(65537, -1, (p - 1) * (q - 1))
+        numbers = rsa.RSAPrivateNumbers(p, q, d, rsa.rsa_crt_dmp1(d, p), rsa.rsa_crt_dmq1(d, q), rsa.rsa_crt_iqmp(p, q),
+                                        rsa.RSAPublicNumbers(65537, p * q))
+        keys.append(numbers.private_key(unsafe_skip_rsa_key_validation=True))
+    assert all(k.key_size == 2048 for k in keys) and len({k.public_key().public_numbers().n for k in keys}) == n
+    return keys
+
+
+def sybil_signer(keys: list[rsa.RSAPrivateKey]):
+    """A DHT record validator that signs each record with the identity named in its subkey."""
+    from hivemind.dht.crypto import RSASignatureValidator
+    from hivemind.dht.validation import RecordValidatorBase
+
+    signers = [RSASignatureValidator(wrap_rsa_key(k)) for k in keys]
+    by_owner = {s.local_public_key: s for s in signers}
+
+    class Signer(RecordValidatorBase):
+        owners = list(by_owner)
+
+        def validate(self, record) -> bool:
+            return True
+
+        def sign_value(self, record) -> bytes:
+            owner = next(o for o in by_owner if o in record.subkey)
+            return by_owner[owner].sign_value(record)
+
+        def strip_value(self, record) -> bytes:
+            return signers[0].strip_value(record)
+
+    return Signer()
+
+
+async def store_sybil_members(signer, keys, run_id: str, bootstrap: str) -> tuple[object, object, int]:
+    """An attacker DHT node joined through `bootstrap` that stores one membership record per identity."""
+    from hivemind.dht.node import DHTNode
+    from hivemind.p2p import P2P
+
+    p2p = await P2P.create(host_maddrs=LOCAL, initial_peers=[bootstrap])
+    dht = await DHTNode.create(p2p=p2p, initial_peers=[bootstrap], record_validator=signer)
+    now, keys_, values, subkeys = time.time(), [], [], []
+    for i, (key, owner) in enumerate(zip(keys, signer.owners)):
+        pid = peer_id_of(key.public_key())
+        dead = "/ip4/127.0.0.1/tcp/1" if i % 2 else "/ip4/10.255.255.1/tcp/4001"  # refused / black hole
+        keys_.append(member_key(run_id, member_bucket(pid)))
+        values.append(make_member_record(pid, 1, [dead], now))
+        subkeys.append(owner)
+    ok = await dht.store_many(keys_, values, now + 600, subkeys=subkeys)
+    return p2p, dht, sum(bool(v) for v in ok.values())
+
+
+async def push_junk(p2p, target: str, run_id: str, digest: str) -> list[dict]:
+    """Three junk announcements from one host: absurd round, 2^31-byte offers, unknown protocol."""
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net.announce import send_announcement
+
+    base = {"run_id": run_id, "seq": 1, "degree": 0, "model_id": "m", "tokenizer": "tok", "protocol": 1, "round": 1,
+            "policy_version": 1, "offers": [], "addrs": [], "peers": []}
+    replies = []
+    for junk in ({"round": 2**63 - 1}, {"offers": [[1, digest, 2**31]]}, {"protocol": 99}):
+        _, reader, writer = await open_stream(p2p, PeerID.from_base58(target), ANNOUNCE_PROTOCOL)
+        try:
+            replies.append((await send_announcement(reader, writer, {**base, **junk}))[0])
+        finally:
+            writer.close()
+    return replies
+
+
+@pytest.mark.slow
+def test_a_thousand_sybil_identities_and_junk_peers_do_not_partition_honest_nodes(monkeypatch):
+    t_start = time.monotonic()
+    keys = cheap_identities(SYBILS)
+    signer = sybil_signer(keys)
+    t_keys = time.monotonic() - t_start
+    monkeypatch.setattr(MeshDriver, "MEMBER_READ_S", 1.0)  # honest nodes read (and dial) the Sybils every second
+    run = "sybil"
+    a = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0), "m", "tok")
+    a.start()
+    b = junk_host = attacker = None
+    loop = LoopThread("attacker")
+    try:
+        b = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0, peers=a.join_addrs()),
+                              "m", "tok")
+        b.start()
+        attacker = loop.run(store_sybil_members(signer, keys, run, a.join_addrs()[0]), 120)
+        assert attacker[2] == SYBILS  # every record was accepted by some holder: valid signatures
+        junk_host = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, peers=a.join_addrs()), "m", "tok",
+                                      discovery="dht-key")
+        junk_host.start()
+
+        rounds, waits = 8, []
+        for r in range(1, rounds + 1):
+            if r == 2:  # junk arrives while the honest nodes are running
+                for target in (a, b):
+                    replies = junk_host._run(push_junk(junk_host._p2p, target.peer_id, run, "sha256:" + "0" * 64), 20)
+                    assert [x.get("reason") for x in replies] == ["bad_request", "unfetchable", "wrong_protocol"]
+            data = {n.peer_id: os.urandom(20_000) for n in (a, b)}
+            for n in (a, b):
+                n.offer(r, r, data[n.peer_id])
+            for n, other in ((a, b), (b, a)):
+                t0 = time.monotonic()
+                got = n.collect(r, r, min_peers=1, deadline_s=10)
+                waits.append(time.monotonic() - t0)
+                assert [(x.peer_id, x.data) for x in got.packets] == [(other.peer_id, data[other.peer_id])], r
+                assert got.peers == 1 and junk_host.peer_id not in {p.peer_id for p in n.peers()}
+            time.sleep(0.5)
+        # the honest nodes did meet the Sybils: read their records and dialled them, in the background
+        stats = a.stats()
+        assert stats["member_reads"] >= 3 and stats["announce_failures"] >= 3 and stats["announces_refused"] >= 3
+        assert max(waits) < 3.0, waits  # a round's wait: the other honest packet, not a timeout
+        # no value an honest node holds grows with the identities: each bucket is capped
+        from hivemind.dht.routing import DHTID
+
+        for n in (a, b):
+            for bucket in range(MEMBER_BUCKETS):
+                held = n._dht.protocol.storage.get(DHTID.generate(source=member_key(run, bucket)))
+                assert held is None or len(held.value) <= MAX_BUCKET_ENTRIES
+            members = n._run(n._push.members.read(), 40)
+            assert 0 < len(members) <= 16
+        print(f"\n{SYBILS} Sybil identities in {t_keys:.1f} s; {rounds} rounds, waits p50 "
+              f"{sorted(waits)[len(waits) // 2]:.2f} s max {max(waits):.2f} s; A: {stats['member_reads']} membership "
+              f"reads, {stats['announce_failures']} failed dials, {stats['announces_refused']} junk refused; "
+              f"test {time.monotonic() - t_start:.0f} s")
+    finally:
+        for n in (a, b, junk_host):
+            if n is not None:
+                n.close()
+        if attacker is not None:
+            async def stop():
+                await attacker[1].shutdown()
+                await attacker[0].shutdown()
+            try:
+                loop.run(stop(), 20)
+            except Exception:
+                pass
+        loop.stop()
