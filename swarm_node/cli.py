@@ -1,4 +1,4 @@
-"""Command line: `swarm-node train | join | eval | config | doctor | demo | plot | protocol ...` (typer).
+"""Command line: `swarm-node train | join | peers | eval | config | doctor | demo | plot | protocol` (typer).
 
 Every command builds a `NodeConfig` the same way: YAML file (optional) -> named flags ->
 `--set section.key=value` overrides, validated once. A flag's help text is its config field's
@@ -22,6 +22,7 @@ import typer
 
 from swarm_node.config import NodeConfig, all_keys, doc, load_config
 from swarm_node.errors import SwarmNodeError
+from swarm_node.logutil import limit_repeats
 
 app = typer.Typer(help="Collaborative GRPO (F-TIS) across machines that do not trust each other.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -70,6 +71,7 @@ def setup_logging(out: str | None, verbose: bool) -> None:
         handlers.append(_LogFile(Path(out) / "node.log", delay=True))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    limit_repeats(handlers)  # a hostile peer must not be able to flood the logs (docs/RELIABILITY.md)
     for noisy in ("hivemind", "transformers", "httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -149,6 +151,28 @@ def eval_(model: Annotated[str, typer.Option(help="Hub id, local path (e.g. a ch
         policy = Policy.load(ModelConfig(name=base), adapter_path=model) if base else Policy.load(ModelConfig(name=model))
         result = pass_at_1(HFSampler(policy), policy, the_task, held_out(the_task, limit), max_new_tokens)
         typer.echo(f"{task} pass@1 = {result['accuracy']:.4f} on {result['n']} examples ({result['seconds']:.1f}s)")
+
+
+@app.command()
+def peers(peers: Annotated[list[str], typer.Option("--peers", help=doc("swarm.peers"))],
+          run_id: Annotated[Optional[str], _opt("swarm.run_id")] = None,
+          wait: Annotated[float, typer.Option(help="Seconds to listen for peers' announcements.")] = 15.0,
+          as_json: Annotated[bool, typer.Option("--json", help="One JSON object per peer instead of a table.")] = False,
+          set_: SetOpt = None):
+    """Is anyone there? Join as a light client (no training) and list the live peers of a swarm."""
+    with user_errors():
+        cfg = build_config(None, {"swarm.peers": peers, "swarm.run_id": run_id,
+                                  "swarm.host_maddrs": ["/ip4/0.0.0.0/tcp/0"]}, set_)
+        setup_logging(None, False)
+        logging.getLogger("swarm_node").setLevel(logging.WARNING)
+        from swarm_node.peerlist import list_peers, render
+
+        rows = list_peers(cfg.swarm, wait)
+        if as_json:
+            for row in rows:
+                typer.echo(json.dumps(row))
+        else:
+            typer.echo(render(rows, cfg.swarm.run_id))
 
 
 @app.command("config")

@@ -58,8 +58,18 @@ class LossConfig:
     """Per-token divergence estimator of the filter: k1 | k2 | k3."""
     kl_reduce: str = "sum"
     """How per-token divergences combine over a completion: sum | mean."""
+    C_negative: float | None = None
+    """TIS cap for sequences with A_i < 0 (None = C); 1.0 never up-weights a negative sample, so forged low generator log-probs cannot amplify it."""
+    positive_floor: float = 0.0
+    """Lower bound on the TIS weight of sequences with A_i > 0 (0 = none, at most C); 1.0 never down-weights a correct sample."""
+    check_certain_claims: bool = False
+    """Treat a completion of >= 2 tokens whose claimed generator log-probs are all exactly 0 (certain at T = 1, which no sampler claims) as on-policy."""
 
     def __post_init__(self) -> None:
+        if self.C_negative is not None and not self.C_negative > 0:
+            raise ValueError(f"C_negative must be > 0 or None, got {self.C_negative!r}")
+        if not 0 <= self.positive_floor <= self.C:
+            raise ValueError(f"positive_floor must satisfy 0 <= positive_floor <= C, got {self.positive_floor!r}")
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}; valid: {sorted(VARIANTS)}")
         if self.kl_estimator not in KL_ESTIMATORS:

@@ -36,6 +36,18 @@ Filter (f-nois, f-vis, f-tis). Per-sequence divergence from the sampled tokens o
     keep_i = (A_i > 0) or (D_i < g);   otherwise A_i := 0
   A dropped sequence still counts in B below; its gradient is exactly zero.
 
+Defences against forged generator log-probs (a peer controls gen_it; LossConfig, all off by default):
+    C_negative          w_it = min(exp(logp_it - gen_it), C_negative) where A_i < 0: with 1.0 a
+                        negative sample is never up-weighted, whatever the peer claims
+    positive_floor      w_it = max(w_it, positive_floor) where A_i > 0: with 1.0 a correct sample is
+                        never down-weighted. Both at 1.0: within a group the weighted negative mass
+                        never exceeds the positive mass, so a group cannot push down on balance what
+                        its correct samples share with its wrong ones (the poisoning of issue 18)
+    check_certain_claims  a completion of >= 2 tokens claiming gen_it == 0 on every token (probability
+                        1 at T = 1, which no sampler reports) is treated as on-policy: gen_i := logp_i
+  For the node's own samples pi_theta ~ pi_gen (weight ~1), so the first two change them only by
+  float noise; they change how honest peers' off-policy samples are weighted (see bench/poisoning.py).
+
 Aggregation (GRPO/DAPO per-sequence mean; no KL penalty term):
     loss = -(1/B) * sum_i (1/|a_i|) * sum_t m_it * term_it
   A sequence with no completion tokens contributes 0.
@@ -57,7 +69,7 @@ LOG_CLAMP = 20.0  # |log-ratio| cap before exp; e^20 ~ 4.9e8
 # variant -> (base variant, filtered?)
 STAT_KEYS = (
     "is/ratio_mean", "is/ratio_min", "is/ratio_max", "is/truncated_frac",
-    "filter/dropped_frac", "filter/kl_mean", "loss/clip_frac", "loss/policy",
+    "filter/dropped_frac", "filter/kl_mean", "loss/clip_frac", "loss/policy", "filter/certain_claims_frac",
 )
 
 
@@ -119,6 +131,12 @@ def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor
     gen = torch.where(m, gen_logp.detach(), torch.zeros_like(logp)).to(logp.dtype)  # [B, T]
     adv = advantages.detach().to(logp.dtype)  # [B]
 
+    # plausibility: a multi-token completion claimed certain (every gen log-prob exactly 0) -> on-policy
+    certain = torch.zeros_like(m[:, 0])  # [B]
+    if cfg.check_certain_claims:
+        certain = (n_tok >= 2) & ((gen == 0) & m).sum(-1).eq(n_tok)  # [B]
+    gen = torch.where(certain[:, None], logp.detach(), gen)  # [B, T]
+
     # filter: zero non-positive advantages of sequences too far from the generator
     D = sequence_divergence(logp, gen, m, cfg.kl_estimator, cfg.kl_reduce)  # [B]
     dropped = (adv < 0) & (D >= cfg.g) if cfg.filtered else torch.zeros_like(m[:, 0])  # [B] (A_i == 0: no-op)
@@ -133,7 +151,10 @@ def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor
     clipped = R.clamp(1 - cfg.eps, 1 + cfg.eps) * adv[:, None]  # [B, T]
     term = torch.minimum(unclipped, clipped)  # [B, T]
     if cfg.base == "tis":
-        term = term * is_ratio.clamp(max=cfg.C)  # [B, T] detached truncated weight
+        c_neg = cfg.C if cfg.C_negative is None else cfg.C_negative
+        cap = torch.where(adv < 0, torch.full_like(adv, c_neg), torch.full_like(adv, cfg.C))  # [B] per-sign cap
+        floor = torch.where(adv > 0, torch.full_like(adv, cfg.positive_floor), torch.zeros_like(adv))  # [B]
+        term = term * torch.minimum(is_ratio, cap[:, None]).maximum(floor[:, None])  # [B, T] detached truncated weight
     per_seq = (term * mf).sum(-1) / n_tok.clamp(min=1)  # [B]
     loss = -per_seq.sum() / max(B, 1)  # []
 
@@ -153,5 +174,6 @@ def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor
             (D * has).sum() / has.sum().clamp(min=1),  # [] over non-empty sequences
             ((clipped < unclipped) & m).sum() / n_all,  # []
             loss.detach(),  # []
+            certain.sum() / max(B, 1),  # []
         ]).tolist()
     return loss, dict(zip(STAT_KEYS, stats))

@@ -153,7 +153,7 @@ class Crafter:
             for g in groups:
                 for c in g.completions:
                     c.logprobs = np.full(len(c.tokens), 0.5, dtype=np.float32)
-            return b"".join(_pieces(_normalize(self.packet(r, groups))))  # canonical bytes, but the codec must refuse them
+            return b"".join(_pieces(_normalize(self.packet(r, groups))))  # canonical, but the codec must refuse it
         if kind == "token_out_of_range":
             c = groups[0].completions[0]
             c.tokens = np.full(len(c.tokens), self.policy.vocab_size + 7, dtype=np.uint32)
@@ -400,10 +400,10 @@ def streams(swarm: HostileTransport, args, t_end: float, summary: dict, save) ->
 
     t0 = time.monotonic()
     swarm._loop.run(run_all(), args.seconds + 30)
-    held_s.sort()
-    summary["streams"] = {"opened": len(held_s), "ends": dict(ends), "max_open": state["max_open"],
-                          "seconds": time.monotonic() - t0, "held_median_s": held_s[len(held_s) // 2] if held_s else None,
-                          "held_max_s": held_s[-1] if held_s else None}
+    held_s = sorted(held_s) or [float("nan")]  # seconds each opened stream stayed open
+    summary["streams"] = {"opened": sum(ends[k] for k in ("busy", "closed", "held")), "ends": dict(ends),
+                          "max_open": state["max_open"], "seconds": time.monotonic() - t0,
+                          "held_median_s": held_s[len(held_s) // 2], "held_max_s": held_s[-1]}
     print(f"STREAMS {json.dumps(summary['streams'])}", flush=True)
     return 0
 

@@ -34,7 +34,10 @@ def test_paper_hyperparameters(path):
     assert cfg.model.name in PAPER_MODELS
     assert (cfg.task.name, cfg.task.data, cfg.task.eval_limit) == ("gsm8k", "openai/gsm8k", 0)
     assert (cfg.task.ood_task, cfg.task.ood_data) == ("math500", "HuggingFaceH4/MATH-500")
-    assert (cfg.rollout.group_size, cfg.rollout.prompts_per_round) == (12, 2)  # batch 24
+    # batch 24: alone, 2 own groups of 12; in a swarm, 1 own group + 1 peer group (vertical)
+    alone = "/alone/" in str(path)
+    assert (cfg.rollout.group_size, cfg.rollout.prompts_per_round) == (12, 2 if alone else 1)
+    assert alone or cfg.swarm.peer_groups_per_own == 1.0
     assert (cfg.rollout.max_new_tokens, cfg.rollout.temperature) == (512, 1.0)
     assert cfg.train.rounds == 50 and cfg.loss.C == 2.0
     if cfg.model.lora_r:

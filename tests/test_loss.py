@@ -37,6 +37,10 @@ def reference(logp, gen, adv, mask, cfg: LossConfig):
             D += {"k1": x, "k2": x * x / 2, "k3": math.exp(x) - x - 1}[cfg.kl_estimator]
         if cfg.kl_reduce == "mean" and toks:
             D /= len(toks)
+        if cfg.check_certain_claims and len(toks) >= 2 and all(gen[i][t] == 0 for t in toks):
+            gen = [row[:] for row in gen]
+            gen[i] = list(logp[i])  # a claim of certainty: treated as on-policy
+            D = 0.0
         a = adv[i]
         drop = cfg.filtered and not (a > 0 or D < cfg.g)
         dropped.append(drop and a != 0)
@@ -47,7 +51,9 @@ def reference(logp, gen, adv, mask, cfg: LossConfig):
             if cfg.base in ("nois", "tis"):
                 val, dval = a, a  # R == 1, inside the clip range, dR/dlogp = 1
                 if cfg.base == "tis":
-                    val, dval = min(w, cfg.C) * a, min(w, cfg.C) * a
+                    cap = cfg.C_negative if a < 0 and cfg.C_negative is not None else cfg.C
+                    wt = max(min(w, cap), cfg.positive_floor if a > 0 else 0.0)
+                    val, dval = wt * a, wt * a
             else:  # vis
                 unc, clp = w * a, max(1 - cfg.eps, min(1 + cfg.eps, w)) * a
                 val, dval = (clp, 0.0) if clp < unc else (unc, w * a)
@@ -85,6 +91,64 @@ def test_matches_naive_reference(variant, est, reduce):
         torch.testing.assert_close(lp.grad, torch.tensor(ref_grad, dtype=D64), rtol=1e-9, atol=1e-12)
         assert stats["filter/dropped_frac"] == pytest.approx(sum(ref_dropped) / len(ref_dropped))
         assert stats["loss/policy"] == pytest.approx(ref_loss, abs=1e-12, rel=1e-9)
+
+
+@pytest.mark.parametrize("variant", ["tis", "f-tis"])
+@pytest.mark.parametrize("defence", [{"C_negative": 1.0}, {"C_negative": 0.5, "positive_floor": 1.2},
+                                     {"check_certain_claims": True}, {"C_negative": 1.0, "check_certain_claims": True}])
+def test_defences_match_naive_reference(variant, defence):
+    g_ = torch.Generator().manual_seed(7)
+    for trial in range(4):
+        logp, gen, adv, mask = random_batch(g_, B=6, scale=[2.0, 0.6, 2.0, 15.0][trial])
+        gen[2:4] = 0.0  # rows 2, 3: certain claims (row 3 may be short or empty)
+        cfg = LossConfig(variant=variant, C=1.5, g=1.0, **defence)
+        ref_loss, ref_grad, ref_dropped = reference(logp.tolist(), gen.tolist(), adv.tolist(), mask.tolist(), cfg)
+        lp = logp.clone().requires_grad_(True)
+        loss, stats = policy_loss(lp, gen, adv, mask, cfg)
+        loss.backward()
+        assert loss.item() == pytest.approx(ref_loss, abs=1e-12, rel=1e-9)
+        torch.testing.assert_close(lp.grad, torch.tensor(ref_grad, dtype=D64), rtol=1e-9, atol=1e-12)
+        assert stats["filter/dropped_frac"] == pytest.approx(sum(ref_dropped) / len(ref_dropped))
+
+
+def poisoned_group(G=12, delta=1.0):
+    """Issue 18's packet, one group: 1 correct completion [p, p, eos] claiming gen log-prob 0, G-1
+    wrong ones [p, p, junk] claiming `delta` nats below the receiver's own log-probs. The shared
+    prefix p p has the same log-prob in every row (same tokens, same context)."""
+    logp = torch.tensor([[-0.3, -0.2, -0.4]] + [[-0.3, -0.2, -3.0]] * (G - 1), dtype=D64)  # [G, 3]
+    gen = torch.cat([torch.zeros(1, 3, dtype=D64), logp[1:] - delta])  # [G, 3]
+    adv = group_advantages(torch.tensor([1.0] + [0.0] * (G - 1)), torch.zeros(G, dtype=torch.long)).to(D64)  # [G]
+    return logp, gen, adv, torch.ones(G, 3, dtype=D64)
+
+
+def prefix_push(**cfg) -> float:
+    """d(-loss)/d(logp of the shared prefix), summed over rows: > 0 raises the correct answer's prefix."""
+    logp, gen, adv, mask = poisoned_group()
+    lp = logp.clone().requires_grad_(True)
+    loss, _ = policy_loss(lp, gen, adv, mask, LossConfig(**cfg))
+    loss.backward()
+    return -lp.grad[:, :2].sum().item()
+
+
+def test_forged_logprobs_turn_a_correct_group_against_its_answer_unless_defended():
+    assert prefix_push(variant="nois") == pytest.approx(0.0, abs=1e-9)  # GRPO: the shared prefix cancels
+    attacked = prefix_push()  # default f-tis: the wrong rows get C = 2, the right one pi_theta < 1
+    assert attacked < -0.2  # (4.95 - 12.7) / 36 by hand
+    assert attacked < prefix_push(C_negative=1.0) < 0  # (b) halves the push but cannot cancel the down-weighted positive
+    assert prefix_push(C_negative=1.0, check_certain_claims=True) == pytest.approx(0.0, abs=1e-9)  # (b) + (c)
+    assert prefix_push(C_negative=1.0, positive_floor=1.0) == pytest.approx(0.0, abs=1e-9)  # sign-aware weights
+
+
+def test_certain_claims_are_on_policy_only_for_multi_token_all_zero_rows():
+    logp = [[-1.0, -2.0], [-1.0, -2.0], [-1.0, -2.0]]
+    gen = [[0.0, 0.0], [0.0, -0.5], [0.0, 0.0]]
+    mask = [[1, 1], [1, 1], [1, 0]]  # row 2: one token (a one-token certainty is possible)
+    loss, grad, s = run(logp, gen, [1.0, 1.0, 1.0], mask, variant="tis", check_certain_claims=True)
+    w = [1.0, 1.0, math.exp(-1.0), math.exp(-1.5), math.exp(-1.0)]  # row 0 on-policy; rows 1, 2 as claimed
+    assert loss == pytest.approx(-((w[0] + w[1]) / 2 + (w[2] + w[3]) / 2 + w[4]) / 3)
+    assert s["filter/certain_claims_frac"] == pytest.approx(1 / 3)
+    _, _, s = run(logp, gen, [1.0, 1.0, 1.0], mask, variant="tis")
+    assert s["filter/certain_claims_frac"] == 0.0
 
 
 # ----------------------------------------------------------------------------- hand-computed
@@ -252,7 +316,7 @@ def test_shape_errors():
 @pytest.mark.parametrize("kwargs", [
     {"variant": "ppo"}, {"variant": "F-TIS"}, {"kl_estimator": "k4"}, {"kl_reduce": "max"},
     {"C": 0.0}, {"C": -1.0}, {"C": float("nan")}, {"g": 0.0}, {"g": -5.0},
-    {"eps": 0.0}, {"eps": 1.0}, {"eps": -0.1},
+    {"eps": 0.0}, {"eps": 1.0}, {"eps": -0.1}, {"C_negative": 0.0}, {"positive_floor": -0.5}, {"positive_floor": 2.5},
 ])
 def test_config_validation(kwargs):
     with pytest.raises(ValueError):

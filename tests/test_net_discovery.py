@@ -14,7 +14,7 @@ import pytest
 from swarm_node.codec import digest as packet_digest
 from swarm_node.net import SwarmError
 from swarm_node.net.announce import Mesh, MeshDriver, MeshParams, OldVersion, fanout
-from swarm_node.net.discovery import MemberDirectory, RecordValidator, parse_initial_peers
+from swarm_node.net.discovery import MEMBER_TARGET, MemberDirectory, RecordValidator, parse_initial_peers, write_probability
 from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
 from swarm_node.net.identity import load_or_create_identity, peer_id_of
 from swarm_node.net.records import MEMBER_BUCKETS, make_member_record, make_record, member_bucket, member_key, record_key
@@ -248,3 +248,26 @@ def test_mesh_driver_pushes_keeps_alive_dials_and_reads_members(caplog):
     assert [m for m in caplog.messages if "older swarm-node" in m] and "QmOld" in mesh.old_version
     assert reads == [100.0] and set(mesh.neighbors) == {"QmNew"} and "QmDead" in mesh.retry_at
     assert ("QmNew", 5) in calls and calls.count(("QmNew", 5)) == 2  # the push, then the keepalive
+
+
+def test_membership_writes_thin_out_with_swarm_size_and_fruitless_reads_back_off():
+    assert write_probability(10) == write_probability(85) == 1.0
+    assert 3 * write_probability(10_000) * 10_000 == pytest.approx(MEMBER_TARGET)  # live records stay ~constant
+    clock = [0.0]
+    mesh = Mesh("QmMe", "r", 1, PARAMS)
+    reads = []
+
+    async def read_members():
+        reads.append(clock[0])
+        return []  # nobody new: a swarm smaller than the mesh degree
+
+    driver = MeshDriver(mesh, None, read_members, clock=lambda: clock[0])
+
+    async def main():
+        for _ in range(100):
+            await driver.tick()
+            clock[0] += 30.0
+
+    asyncio.run(main())
+    gaps = [b - a for a, b in zip(reads, reads[1:])]
+    assert gaps[:4] == [60.0, 120.0, 240.0, 480.0] and max(gaps) == 600.0

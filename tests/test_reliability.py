@@ -700,10 +700,10 @@ def test_a_staller_does_not_hide_an_honest_packet_published_during_the_wait(proc
 NOFILE = 1024  # the common default soft limit; the victim runs with it as its hard limit too (cannot raise)
 LIMITED_JOIN = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}));"
                 "runpy.run_module('swarm_node', run_name='__main__', alter_sys=True)").format(n=NOFILE)
-VICTIM = ["--model", "tiny-s", "--set", "rollout.group_size=4", "--set", "rollout.max_new_tokens=10",
-          "--set", "task.eval_limit=4", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
-          "--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=4", "--set", "swarm.linger_s=0",
-          "--set", "threads=1"]
+VICTIM = ["--model", "tiny-s", "--set", "train.warmstart_steps=0", "--set", "rollout.group_size=4",
+          "--set", "rollout.max_new_tokens=10", "--set", "task.eval_limit=4", "--set", "train.eval_every=0",
+          "--set", "train.checkpoint_every=0", "--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=4",
+          "--set", "swarm.linger_s=0", "--set", "threads=1"]
 
 
 def _fds_and_memory(pid: int) -> tuple[int, int, int]:

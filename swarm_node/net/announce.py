@@ -106,8 +106,12 @@ class Mesh:
                                      offers, addrs, [])
 
     def announcement(self, to: str) -> dict:
-        """Our announcement for peer `to`, with a peer-exchange sample that leaves `to` out."""
-        return {**self.own, "degree": len(self.neighbors), "peers": self.sample(exclude=to)}
+        """Our announcement for peer `to`. It carries a peer-exchange sample (leaving `to` out) only
+        when `to` may need candidates: not yet our neighbor, or short of neighbors when last heard.
+        So steady-state announcements stay the same size whatever the swarm's size."""
+        n = self.neighbors.get(to)
+        wants_peers = n is None or n.degree < self.params.degree
+        return {**self.own, "degree": len(self.neighbors), "peers": self.sample(exclude=to) if wants_peers else []}
 
     def sample(self, exclude: str) -> list[list]:
         """Up to MAX_PX peers others may dial: neighbors first (they are live), then other known peers."""
@@ -321,14 +325,15 @@ class MeshDriver:
     `OldVersion` when the peer does not speak discovery v2, any other exception when unreachable."""
 
     TICK_S = 1.0  # maintenance period
-    MEMBER_READ_S = 30.0  # DHT membership is read at most this often, and only when out of candidates
+    MEMBER_READ_S = 30.0  # DHT membership is read at most this often, and only when out of candidates;
+    MAX_MEMBER_READ_S = 600.0  # a read that brings no new peer doubles the wait, up to this
 
     def __init__(self, mesh: Mesh, contact: Contact, read_members: ReadMembers | None = None,
                  clock: Callable[[], float] = time.time):
         self.mesh, self.contact, self.read_members, self.clock = mesh, contact, read_members, clock
         self.in_flight: dict[str, asyncio.Task] = {}
         self.again: set[str] = set()  # neighbors to push to once their exchange in flight ends
-        self.last_member_read = -math.inf
+        self.last_member_read, self.member_read_s = -math.inf, self.MEMBER_READ_S
 
     def push(self) -> None:
         """Send our (new) announcement to every neighbor, in the background."""
@@ -378,12 +383,17 @@ class MeshDriver:
         found = mesh.candidates(need, now, busy=set(self.in_flight)) if need > 0 else []
         for peer, addrs in found:
             self._start(peer, addrs)
-        if need > 0 and not found and self.read_members is not None and now - self.last_member_read >= self.MEMBER_READ_S:
+        if need > 0 and not found and self.read_members is not None and now - self.last_member_read >= self.member_read_s:
             self.last_member_read = now
             try:
-                mesh.learn(await self.read_members())
+                members = await self.read_members()
             except Exception as e:
                 logger.debug("membership read failed: %r", e)
+                members = []
+            new = [m for m in members if m[0] not in mesh.known and m[0] != mesh.own_id]
+            mesh.learn(members)
+            # a small swarm stays short of D neighbors forever: stop asking the DHT every 30 s
+            self.member_read_s = self.MEMBER_READ_S if new else min(self.MAX_MEMBER_READ_S, 2 * self.member_read_s)
 
     async def run(self) -> None:
         while True:

@@ -128,6 +128,7 @@ class Collector:
         self.in_flight: dict[asyncio.Task, tuple[str, int, str, int]] = {}  # fetch -> (peer, round, digest, size)
         self.retry_at: dict[tuple[str, str], float] = {}  # (peer, digest) -> not before
         self.peer_rest_until: dict[str, float] = {}  # peer -> no new fetch before (after a timeout or error)
+        self.failures: Counter[str] = Counter()  # timed-out or broken fetches per peer in this call
         self.deferred: dict[tuple[str, str], str] = {}  # (peer, digest) -> budget reason, if unfetched at the end
         self.used: Counter[str] = Counter()  # packets per peer in this call (in flight or counted)
         self.used_bytes: Counter[str] = Counter()  # declared bytes per peer in this call
@@ -215,12 +216,13 @@ class Collector:
         return None
 
     def start_fetches(self) -> None:
-        """Start one fetch for each idle peer with a fetchable offer (its least-tried one), least-served
-        peers first, while slots are free; count the offers that may not be fetched."""
+        """Start one fetch for each idle peer with a fetchable offer (its least-tried one), while slots
+        are free: peers whose fetches failed in this call last, then the least served; count the
+        offers that may not be fetched."""
         now = self.loop.time()
         busy = {peer for peer, _, _, _ in self.in_flight.values()}
         in_flight = {d for _, _, d, _ in self.in_flight.values()}
-        for info in sorted(self.peers, key=lambda p: self.used[p.peer_id]):
+        for info in sorted(self.peers, key=lambda p: (self.failures[p.peer_id], self.used[p.peer_id])):
             peer, fetchable = info.peer_id, []
             for r, d, size in info.offers:
                 if d in in_flight or self.ignored(peer, r, d, now):
@@ -267,8 +269,9 @@ class Collector:
             self.state.distrust(peer, d)
             return
         self.use(peer, size, -1)  # refused or failed in transit: does not use up the peer's budget
-        if reason not in BACKOFF_S:  # timed out or broke: rest the peer
+        if reason not in BACKOFF_S:  # timed out or broke: rest the peer, and put it last from now on
             self.peer_rest_until[peer] = now + self.limits.fetch_timeout_s
+            self.failures[peer] += 1
         self.retry_at[(peer, d)] = now + BACKOFF_S.get(reason, self.limits.fetch_timeout_s)
 
     def nothing_can_come(self) -> bool:

@@ -26,7 +26,7 @@ import msgpack
 
 from swarm_node.net import PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshDriver, OldVersion, send_announcement, serve_announcement
-from swarm_node.net.hivemind_internals import dial, is_old_version, open_stream
+from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
 from swarm_node.net.records import (
     ANNOUNCE_PROTOCOL, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES, MEMBER_BUCKETS, Member, RecordError,
@@ -36,6 +36,7 @@ from swarm_node.net.records import (
 logger = logging.getLogger(__name__)
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
 ANNOUNCE_TIMEOUT_S = 5.0  # one announcement exchange (dial + frame + reply) at most
+MEMBER_TARGET = 256  # live membership records wanted in all (MEMBER_BUCKETS x half a bucket), whatever N
 MAX_CONCURRENT_ANNOUNCES = 64  # announcement streams served at once (one per peer); more are closed
 
 
@@ -320,7 +321,16 @@ class PushDiscovery:
         self.stats["announce_bytes_in"] += received
 
     async def _member_loop(self) -> None:
-        """Keep our membership record in the DHT: stored now, then every member_ttl_s / 3."""
+        """Every member_ttl_s / 3, store our membership record with probability min(1, MEMBER_TARGET / N),
+        N the DHT's estimated size: about MEMBER_TARGET live records in all, so the load on the buckets'
+        holders stays flat however large the swarm (the records only seed joiners' candidates)."""
         while True:
-            await self.members.store(self.addrs, self.member_ttl_s)
+            if random.random() < write_probability(dht_size_estimate(self.members.dht)):
+                await self.members.store(self.addrs, self.member_ttl_s)
             await asyncio.sleep(self.member_ttl_s / 3)
+
+
+def write_probability(swarm_size: float) -> float:
+    """Chance that a node refreshes its membership record in one interval: with 3 intervals per TTL,
+    about 3 p N = MEMBER_TARGET records are live. Every node writes while N <= MEMBER_TARGET / 3."""
+    return min(1.0, MEMBER_TARGET / (3 * max(1.0, swarm_size)))

@@ -9,7 +9,7 @@ The server bounds what streams can cost it (docs/RELIABILITY.md, issue 18 point 
 `MAX_STREAMS_PER_PEER` open streams per peer and `MAX_OPEN_STREAMS` in all; a stream beyond either
 is answered "busy" and closed at once, so held-open streams cannot exhaust file descriptors (each
 stream is one socket from p2pd to this process). `raise_fd_limit` lifts the soft RLIMIT_NOFILE to
-the hard limit, once, before p2pd starts (it inherits the limit).
+the hard limit; the transport calls it before p2pd starts (p2pd inherits the limit).
 """
 from __future__ import annotations
 

