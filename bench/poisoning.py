@@ -19,6 +19,11 @@ Configurations (the loss settings apply to both honest nodes):
                         the issue's setting, to show the attack works at all
     unbounded_sign_weights  the same with the (b) sign-aware weights
 
+Exposure: with an attacker both honest nodes set swarm.min_peers = 2, so each step waits for the
+attacker's packet as well as the honest peer's (with min_peers = 1 the first packet ends the wait and
+the attacker's group reached only 8-17 of 100 steps); without one, min_peers = 1 (one peer exists).
+The attacker offers 3 rounds ahead, so it is never the one that is late.
+
 Per run: held-out pass@1 (n = 200) of both honest nodes at round 0 and after the last round.
 Results are cached per (config, seed) in the results file as soon as a run ends, so an interrupted
 benchmark resumes where it stopped.
@@ -59,7 +64,7 @@ for _name in ("b_neg_cap", "b_sign_weights", "c_certain", "bc"):
 
 NODE = ["--model", "tiny-s", "--task", "arith", "--set", "train.lr=2e-5", "--set", "train.warmstart_steps=600",
         "--set", "task.eval_limit=200", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
-        "--set", "threads=1", "--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=20",
+        "--set", "threads=1", "--set", "swarm.deadline_s=20",
         "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=5", "--host-maddrs", "/ip4/127.0.0.1/tcp/0"]
 
 
@@ -106,7 +111,10 @@ def summarize_node(out: Path) -> dict:
             "rounds": rows[-1]["round"], "peer_groups_used_mean": mean("swarm/peer_groups_used"),
             "train_reward_mean": mean("reward/mean"), "peer_reward_mean": mean("peer/reward/mean"),
             "truncated_frac_mean": mean("is/truncated_frac"), "certain_claims_frac_mean": mean("filter/certain_claims_frac"),
-            "round_s_mean": mean("time/round_s")}
+            "round_s_mean": mean("time/round_s"),
+            # rounds whose batch held a group with most tokens' claimed ratio above C: the attacker's
+            # (honest peers' groups almost never do); a proxy, the metrics do not name a group's source
+            "forged_rounds": sum(r.get("is/truncated_frac", 0.0) >= 0.2 for r in trained)}
 
 
 def run_one(name: str, seed: int, rounds: int, work: Path, model: str) -> dict:
@@ -116,7 +124,8 @@ def run_one(name: str, seed: int, rounds: int, work: Path, model: str) -> dict:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     run_id = f"poison-{name}-{seed}-{os.getpid()}"
-    common = [*NODE, "--rounds", str(rounds), "--run-id", run_id, *[a for kv in loss for a in ("--set", kv)]]
+    overrides = [*loss, f"swarm.min_peers={2 if attack else 1}"]
+    common = [*NODE, "--rounds", str(rounds), "--run-id", run_id, *[a for kv in overrides for a in ("--set", kv)]]
     node = [sys.executable, "-m", "swarm_node", "join"]
     procs = []
     t0 = time.time()
@@ -127,7 +136,7 @@ def run_one(name: str, seed: int, rounds: int, work: Path, model: str) -> dict:
         honest = start([*node, "--out", str(tmp / "honest"), *common, "--set", f"train.seed={2 * seed + 1}",
                         "--peers", addr], tmp / "honest.log")
         procs.append(honest)
-        if attack:
+        if attack:  # both honest nodes wait for 2 peers: the attacker's packet is in every step it can be
             procs.append(start([sys.executable, str(C.BENCH_DIR / "poison_attacker.py"), "--peers", addr, "--run-id", run_id,
                                 "--model", model, "--seed", str(seed), "--summary", str(tmp / "attacker.json")],
                                tmp / "attacker.log"))
@@ -173,11 +182,22 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/swarm-node-poisoning", help="node output directories (not kept)")
     ap.add_argument("--out", default=str(C.RESULTS_DIR / "poisoning.json"))
     ap.add_argument("--stop-at", type=float, default=None, help="unix time: start no run after it")
+    ap.add_argument("--resummarize", action="store_true", help="recompute the cached runs' summaries from --work")
     args = ap.parse_args()
     C.single_thread()
     started, info = time.time(), C.machine_info()
     path = Path(args.out)
-    runs = json.loads(path.read_text())["runs"] if path.exists() else []
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    runs = previous.get("runs", [])
+    kept = {k: previous[k] for k in ("earlier_runs_min_peers_1",) if k in previous}  # the weaker exposure, kept
+    if args.resummarize:
+        for r in runs:
+            tmp = Path(args.work) / f"{r['config']}-s{r['seed']}"
+            for who in ("victim", "honest"):
+                rows = tmp / who / "metrics.jsonl"
+                if rows.exists() and summarize_node(tmp / who)["rounds"] == r["rounds"]:
+                    r[who] = summarize_node(tmp / who)
+        args.configs = []
     model = warm_start()
     for seed in args.seeds:  # seed-major: every config gets a seed before any gets a second
         for name in args.configs:
@@ -191,9 +211,9 @@ def main() -> int:
             print(f"  -> victim {result['victim']['acc_start']} -> {result['victim']['acc_end']}, "
                   f"honest {result['honest']['acc_start']} -> {result['honest']['acc_end']} ({result['wall_s']} s)", flush=True)
             runs.append(result)
-            C.write_results("poisoning", {"summary": aggregate(runs)}, args, info, started, out=path, runs=runs)
+            C.write_results("poisoning", {"summary": aggregate(runs)}, args, info, started, out=path, runs=runs, **kept)
     summary = aggregate(runs)
-    C.write_results("poisoning", {"summary": summary}, args, info, started, out=path, runs=runs)
+    C.write_results("poisoning", {"summary": summary}, args, info, started, out=path, runs=runs, **kept)
     C.print_table("held-out pass@1 (n=200), mean of both honest nodes", ["config", "rounds", "seeds", "start", "end",
                   "vs baseline"], [[s["config"], s["rounds"], s["seeds"], s["acc_start"], s["acc_end"], s["vs_baseline"]]
                                    for s in summary])

@@ -3,9 +3,9 @@
 Every arm is real: a swarm arm is two `swarm-node join` processes on 127.0.0.1 (the first starts
 the swarm, the second joins with --peers read from the first one's OUT/status.json), an "alone"
 arm is one `swarm-node train` process per node. Same seeds in every arm (paired design), the
-paper's batch (1 own + 1 peer group of G = 12 per step: prompts_per_round=1,
-swarm.peer_groups_per_own=1), held-out greedy pass@1 on the 500 arith test problems, and an
-out-of-distribution set (first operand 100..999, never trained on) evaluated here from each
+paper's batch of 24 sequences per step (in a swarm 1 own + 1 peer group of G = 12:
+prompts_per_round=1, swarm.peer_groups_per_own=1; alone 2 own groups), held-out greedy pass@1 on the 500 arith test problems, and an
+out-of-distribution set (second operand 10..99, never trained on) evaluated here from each
 node's final checkpoint.
 
     python bench/replicate.py --quick      # smoke run, <= 10 min: 1 seed, 3 arms, size pair
@@ -41,7 +41,7 @@ RUNS = REPO / "runs" / "replicate"
 DOC, IMG = REPO / "docs" / "REPLICATION.md", REPO / "docs" / "img"
 
 TASK = {"digits": 2, "second_digits": 1}  # the demo's task: "What is 48 plus 7?"
-OOD = {"digits": 3, "second_digits": 1}  # first operand 100..999: never seen in training
+OOD = {"digits": 2, "second_digits": 2}  # with a second operand of 10..99: never seen in training
 WARM_STEPS, MAX_NEW_TOKENS = 800, 10
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
         "is/ratio_mean", "is/ratio_min", "is/ratio_max", "swarm/peer_groups_used", "train/sequences",
@@ -91,10 +91,10 @@ class Scale:
     results: Path
 
 
-FULL = Scale(rounds=40, eval_every=20, eval_limit=500, ood_limit=500, seeds=(0, 1, 2), plan=tuple(PLAN),
+FULL = Scale(rounds=100, eval_every=25, eval_limit=500, ood_limit=500, seeds=(0, 1, 2), plan=tuple(PLAN),
              results=RESULTS)
 QUICK = Scale(rounds=4, eval_every=0, eval_limit=100, ood_limit=100, seeds=(0,),
-              plan=(("size", "alone"), ("size", "nois"), ("size", "f-tis")), results=RESULTS / "quick")
+              plan=(("size", "alone"), ("size", "nois"), ("size", "f-tis")), results=RUNS / "quick")
 
 
 # ---------------------------------------------------------------------------------- warm starts
@@ -145,13 +145,15 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
             "train.lr": node.lr, "train.seed": 100 * seed + node.index, "train.warmstart_steps": 0,
             "train.rounds": scale.rounds, "train.eval_every": scale.eval_every, "train.checkpoint_every": 0,
             "task.name": "arith", "task.options": TASK, "task.eval_limit": scale.eval_limit,
-            "rollout.group_size": 12, "rollout.prompts_per_round": 1, "rollout.max_new_tokens": MAX_NEW_TOKENS,
+            "rollout.group_size": 12, "rollout.max_new_tokens": MAX_NEW_TOKENS,
+            # the paper's batch of 24: alone, 2 own groups; in a swarm, 1 own + 1 peer group
+            "rollout.prompts_per_round": 2 if mode is None else 1,
             "loss.variant": variant, "loss.g": g, "loss.C": 2.0}
     command = "train"
     if mode is not None:
         command = "join"
         sets.update({"swarm.mode": mode, "swarm.run_id": run_id, "swarm.peer_groups_per_own": 1.0,
-                     "swarm.min_peers": 1, "swarm.deadline_s": 30.0, "swarm.linger_s": 10.0,
+                     "swarm.min_peers": 1, "swarm.deadline_s": 30.0, "swarm.linger_s": 5.0,
                      "swarm.identity": str(out / "identity.key"), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
                      "swarm.peers": [peer] if peer else []})
     argv = [sys.executable, "-m", "swarm_node", command, "--out", str(out)]
@@ -209,13 +211,13 @@ def run_nodes(nodes: list[Node], arm: str, seed: int, scale: Scale, run_dir: Pat
 
 # ---------------------------------------------------------------------------------- evaluation
 def ood_examples(limit: int) -> list:
-    """The first `limit` held-out problems whose first operand has three digits."""
+    """The first `limit` held-out problems whose second operand has two digits."""
     from swarm_node.tasks import load_task
 
     task = load_task("arith", **OOD, test_size=10 * limit)
     picked, split = [], task.split("test")
     for i in range(len(split)):
-        if int(re.match(r"What is (\d+)", split[i].question).group(1)) >= 100:
+        if int(re.match(r"What is \d+ \w+ (\d+)", split[i].question).group(1)) >= 10:
             picked.append(split[i])
         if len(picked) == limit:
             break
@@ -250,9 +252,10 @@ def node_record(node: Node, out: Path, limit: int) -> dict:
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "round" in r]
     evals = [(r["round"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
     checkpoint = sorted((out / "checkpoints").glob("round-*"))[-1]
-    return {"node": node.name, "start": evals[0][1], "final": evals[-1][1], "curve": evals,
+    return {"node": node.name, "start": evals[0][1], "early": evals[min(1, len(evals) - 1)][1],
+            "final": evals[-1][1], "curve": evals,
             "ood": ood_accuracy(node, checkpoint, limit), "eval_n": limit,
-            "rows": [{k: r[k] for k in KEEP if k in r} for r in rows]}
+            "rows": [{k: round(r[k], 4) if isinstance(r[k], float) else r[k] for k in KEEP if k in r} for r in rows]}
 
 
 def run_path(scale: Scale, pair: str, arm: str, seed: int, node: str | None = None) -> Path:
@@ -270,11 +273,11 @@ def run_one(scale: Scale, pair: str, arm: str, seed: int) -> None:
     if not nodes:
         return
     label = f"{pair}/{arm}/seed {seed}" if arm != "alone" else f"alone {'+'.join(n.name for n in nodes)}/seed {seed}"
-    run_dir = RUNS / scale.results.name / (f"alone-s{seed}" if arm == "alone" else f"{pair}-{arm}-s{seed}")
+    run_dir = RUNS / ("quick" if scale is QUICK else "study") / (f"alone-s{seed}" if arm == "alone" else f"{pair}-{arm}-s{seed}")
     started = time.time()
     for attempt in (1, 2):
         try:
-            run_nodes(nodes, arm, seed, scale, run_dir, f"repl-{pair}-{arm}-s{seed}-{attempt}-{os.getpid()}")
+            run_nodes(nodes, arm, seed, scale, run_dir, f"repl-{pair}-{arm}-s{seed}")
             break
         except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as e:
             print(f"  {label}: attempt {attempt} failed: {e}", flush=True)
@@ -407,15 +410,26 @@ CLAIMS = [  # (number, statement, arms shown (first = baseline), pairs, test, (a
 def verdict(res: dict, claim) -> tuple[str, str]:
     """(reproduced | not reproduced | inconclusive at this scale | not run yet, the numbers behind it)."""
     number, _, arms, pairs, test, (arm, base) = claim
-    units = [(p, n) for p in pairs for n in PAIRS[p]]
+    units = [(p, n) for p in pairs for n in PAIRS[p] if len(diffs(res, [(p, n)], arm, base)) >= 2]
+    units = [u for u in units if all(len(diffs(res, [v], arm, base)) >= 2 for v in units if v[0] == u[0])]
     d = diffs(res, units, arm, base)
     if len(d) < 2:
-        return "not run yet", f"{len(d)} paired seed(s) of {arm} vs {base}"
+        return ("not run yet" if not d else "inconclusive at this scale"), f"{len(d)} paired seed(s) of {arm} vs {base}"
     (m, se, n), (lo, hi) = mean_se(d), ci95(d)
-    effect = f"{arm} − {base}: {100 * m:+.1f} ± {100 * se:.1f} points (95% CI {100 * lo:+.1f} .. {100 * hi:+.1f}, {n} seeds)"
+    run = sorted({p for p, _ in units}, key=list(PAIRS).index)
+    effect = (f"{arm} − {base}: {100 * m:+.1f} ± {100 * se:.1f} points (95% CI {100 * lo:+.1f} .. {100 * hi:+.1f}, "
+              f"{n} seeds, mean over the nodes of {', '.join(run)}"
+              + (f"; {', '.join(p for p in pairs if p not in run)} not run yet)" if len(run) < len(pairs) else ")"))
     if test == "lower":
         return ("reproduced" if hi < 0 else "not reproduced" if lo > -DELTA else "inconclusive at this scale"), effect
     if test == "not-worse":
+        od = diffs(res, units, arm, base, "ood")
+        if len(od) >= 2:
+            better = sum(ci95(diffs(res, [u], arm, base, "ood"))[0] > 0 and mean_se(diffs(res, [u], arm, base, "ood"))[0]
+                         >= 0.01 for u in units)  # at least 1 point (5 problems): the floor is near 0
+            effect += (f"; out of distribution: {100 * mean_se(od)[0]:+.1f} ± {100 * mean_se(od)[1]:.1f} points "
+                       f"(CI {100 * ci95(od)[0]:+.1f} .. {100 * ci95(od)[1]:+.1f}), better by >= 1 point with CI above 0 on "
+                       f"{better} of {len(units)} nodes")
         return ("reproduced" if lo > -DELTA else "not reproduced" if hi < 0 else "inconclusive at this scale"), effect
     if test == "higher-large":
         dl = diffs(res, [("size", "tiny-m")], arm, base)
@@ -446,24 +460,28 @@ def verdict(res: dict, claim) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------- report
 NOTES = {  # why a claim may behave differently in miniature; the numbers come from the tables
     1: "NoIS can only hurt when peers' samples are far off-policy for the receiver; the ratio "
-       "statistics below show how far (is/ratio_* is pi_theta / pi_gen over the step's tokens).",
+       "statistics in the table above show how far (is/ratio_* is pi_theta / pi_gen over the step's tokens).",
     2: "The filter drops the advantage of a peer's negative-advantage sequences whose divergence D >= g; "
        "filter/dropped_frac says how often that happened.",
     3: "With one optimizer step per round, VIS clips pi_theta / pi_gen to [1 - eps, 1 + eps]: peer tokens "
        "outside it give no gradient; TIS keeps them, weighted by min(ratio, C).",
-    4: "OOD = first operand 100..999 (the training task never goes above 99), 500 problems, evaluated from "
-       "each node's final checkpoint by this script; 'before' is the warm start.",
+    4: "'early' = the first evaluation after the start (round eval_every). OOD = a second operand of 10..99 "
+       "(training never goes above 9), evaluated from each node's final checkpoint by this script.",
     5: "Horizontal: both nodes answer the same prompt each round and groups merge (24 completions); "
        "vertical: each answers its own prompt and trains on 1 own + 1 peer group.",
     6: "g only acts on negative-advantage sequences of peers; the dropped fraction per g shows how many it removes.",
 }
 
 
+SUFFIX = {"final": "", "early": " early", "ood": " OOD"}
+YLABEL = {"final": "final held-out", "early": "early (1st eval) held-out", "ood": "final OOD"}
+
+
 def _rows(res: dict, claim) -> list[str]:
     number, _, arms, pairs, _, (_, base) = claim
-    keys = ["final", "ood"] if number == 4 else ["final"]
-    head = ["pair", "node", "warm start"] + [f"{a}{' OOD' if k == 'ood' else ''}" for k in keys for a in arms]
-    head += [f"{a} − {base}{' OOD' if k == 'ood' else ''} (paired)" for k in keys for a in arms if a != base]
+    keys = ["early", "final", "ood"] if number == 4 else ["final"]
+    head = ["pair", "node", "warm start"] + [f"{a}{SUFFIX[k]}" for k in keys for a in arms]
+    head += [f"{a} − {base}{SUFFIX[k]} (paired)" for k in keys for a in arms if a != base]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for pair in pairs:
         for node in PAIRS[pair]:
@@ -500,12 +518,12 @@ def figure(res: dict, claim, path: Path) -> bool:
 
     number, _, arms, pairs, _, _ = claim
     units = [(p, n) for p in pairs for n in PAIRS[p]]
-    keys = ["final", "ood"] if number == 4 else ["final"]
+    keys = ["early", "final", "ood"] if number == 4 else ["final"]
     if not any(values(res, p, a, n) for p, n in units for a in arms):
         return False
-    fig, axes = plt.subplots(1, len(keys), figsize=(max(6, 1.6 * len(units) * len(keys) + 2), 3.6), squeeze=False)
+    fig, axes = plt.subplots(len(keys), 1, figsize=(max(6.0, 1.4 * len(units) + 2), 3.2 * len(keys)), squeeze=False)
     width = 0.8 / len(arms)
-    for ax, key in zip(axes[0], keys):
+    for ax, key in zip(axes[:, 0], keys):
         for j, arm in enumerate(arms):
             for i, (p, n) in enumerate(units):
                 v = list(values(res, p, arm, n, key).values())
@@ -514,10 +532,15 @@ def figure(res: dict, claim, path: Path) -> bool:
                 ax.bar(x, 100 * m if v else 0, width, yerr=100 * se if len(v) > 1 else 0, color=f"C{j}",
                        label=arm if i == 0 else None, capsize=3)
                 ax.plot([x] * len(v), [100 * y for y in v], "k.", ms=4)
+        for i, (p, n) in enumerate(units):
+            starts = [v for a in arms for v in values(res, p, a, n, "start").values()]
+            if starts and key != "ood":
+                ax.hlines(100 * starts[0], i - 0.45, i + 0.45, colors="k", linestyles="--", lw=1,
+                          label="warm start" if i == 0 else None)
         ax.set_xticks(range(len(units)), [f"{p}\n{n}" for p, n in units], fontsize=8)
-        ax.set_ylabel(f"{'OOD' if key == 'ood' else 'held-out'} pass@1 (%)")
+        ax.set_ylabel(f"{YLABEL[key]} pass@1 (%)")
         ax.legend(fontsize=8)
-    fig.suptitle(f"Claim {number}", fontsize=10)
+    fig.suptitle(f"Claim {number}: {claim[1][:90]}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -557,9 +580,26 @@ def render(scale: Scale, quick: bool) -> None:
             out += ["What explains it (per-step means over rounds and seeds; ratio min/max over all steps):", "",
                     *mech, ""]
         out += [NOTES[number], ""]
+    missing = [f"{p}/{a}/seed {seed}" for p, a in scale.plan for seed in scale.seeds
+               if not all(seed in values(res, p, a, n) for n in PAIRS[p])]
+    out += ["## Limits of the miniature", "", _LIMITS, "", "## Runs not run yet", "",
+            (", ".join(missing) + f". Resume with `python bench/replicate.py` (finished runs are skipped).")
+            if missing else "None: every planned run has its result JSON.", ""]
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text("\n".join(out) + "\n")
     print(f"\n{summary}\nwrote {doc}")
+
+
+_LIMITS = """- The models are tiny character-level transformers (tiny-s 0.11 M parameters) taught the answer
+  format by a supervised warm start, not pretrained LLMs: the "size" gap and the off-policy gap
+  between two nodes are much smaller than between Qwen2.5-1.5B and 3B.
+- One optimizer step per round (as in the paper's setting), so R = pi_theta / pi_old is 1 in value
+  and only the peer ratio pi_theta / pi_gen separates NoIS, VIS and TIS.
+- Held-out noise: one evaluation on 500 problems has a binomial standard error of about 2 points
+  at 30 % accuracy; with 3 seeds a paired difference needs to be several points to be resolved.
+- The OOD set is hard for these models (a few % at most), so an OOD difference sits near the floor.
+- Expertise is mimicked by warm starts on disjoint operations (the warm start is done by this
+  script and passed as the node's model path), not by different pretraining corpora."""
 
 
 _SETUP = """Setup: two heterogeneous nodes per swarm, each a real `swarm-node join` process on
@@ -568,9 +608,10 @@ tiny-s LoRA r=8, **expertise** = two tiny-s warm-started (800 supervised steps) 
 on subtraction only, both then RL-trained on both. Task: arith, 2-digit first operand, 1-digit second
 ("What is 48 plus 7?"). The paper's batch: G = 12, 1 prompt per round, 1 own + 1 peer group per step
 (`swarm.peer_groups_per_own=1`), C = 2, g = 50 unless varied, vertical unless horizontal; alone =
-plain GRPO (NoIS on own samples). {rounds} rounds, held-out greedy pass@1 on {n} test problems at
-the start, every {eval_every} rounds and at the end; OOD: {ood} problems with a first operand of
-100..999. Seeds: {seeds} (the same seeds in every arm, so differences are paired per seed). Warm
+plain GRPO on 2 own groups per step (the same 24 sequences and the same number of steps, as the
+paper's baseline; its first prompt each round is the swarm node's prompt). {rounds} rounds, held-out greedy pass@1 on {n} test problems at
+the start, every {eval_every} rounds and at the end; OOD: {ood} problems with a second operand of
+10..99. Seeds: {seeds} (the same seeds in every arm, so differences are paired per seed). Warm
 starts' OOD pass@1: {warm}. Wall time of the runs below: {minutes:.0f} min.
 
 Verdict rule (per claim, on the seed-paired difference averaged over the claim's nodes, 95% t
@@ -589,6 +630,8 @@ def main() -> None:
     if args.warm_one:
         return warm_one(args.warm_one)
     scale = QUICK if args.quick else FULL
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` also stops the nodes it started
     stop_at = None
     if args.stop_at:
         h, m = map(int, args.stop_at.split(":"))

@@ -343,23 +343,43 @@ def analyze(results: list[dict], n: int, args) -> dict:
 
 
 START_TIME = time.time()
+COLUMNS = ["N", "design", "discovery msgs", "discovery KB", "non-payload TCP KB", "delivered %", "round-1 delivered %",
+           "latency p50 s", "latency p95 s", "packets", "neighbors", "CPU s", "startup s"]
+CAPTION = ("per node per steady round. discovery = DHT RPC requests+responses (both sides) + announcement frames; "
+           "non-payload TCP = all p2pd TCP bytes - packet bytes; packets = packets of the round a node collected; "
+           "neighbors = v2 mesh degree; CPU = the node's share of its worker process + its p2pd")
 
 
-def report(results: list[dict], args) -> dict:
+def table_rows(results: list[dict]) -> list[list]:
     rows = []
     for r in sorted(results, key=lambda x: (x["n"], x["design"])):
         s = r["steady"]
         rows.append([r["n"], r["design"], s["discovery_msgs_per_node_round"], s["discovery_bytes_per_node_round"] / 1e3,
                      s["tcp_per_node_round"] / 1e3, 100 * s["delivered_frac"], 100 * r["first_round"]["delivered_frac"],
-                     s["latency_p50_s"], s["latency_p95_s"], s["packets_per_node_round"], s["degree_mean"],
-                     s["cpu_per_node_round"], r["startup_s"]])
-    C.print_table(f"Discovery v1 (dht-key) vs v2 (push) on 127.0.0.1: transport-only nodes, packet "
-                  f"{results[0]['packet_bytes']:,} B, k = min_peers = {args.k}, deadline {args.deadline:g} s, "
-                  f"{args.rounds} rounds (steady = rounds 2+)",
-                  ["N", "design", "discovery msgs", "discovery KB", "non-payload TCP KB", "delivered %",
-                   "round-1 delivered %", "latency p50 s", "latency p95 s", "packets", "neighbors", "CPU s", "startup s"],
-                  rows, caption="per node per steady round. discovery = DHT RPC requests+responses (both sides) + "
-                  "announcement frames; non-payload TCP = all p2pd TCP bytes - packet bytes; neighbors = v2 mesh degree")
+                     s["latency_p50_s"], s["latency_p95_s"], s["packets_per_node_round"],
+                     s["degree_mean"] if r["design"] == "push" else "-", s["cpu_per_node_round"], r["startup_s"]])
+    return rows
+
+
+def title(results: list[dict], a: dict) -> str:
+    return (f"transport-only nodes on 127.0.0.1, packet {results[0]['packet_bytes']:,} B, k = min_peers = {a['k']}, "
+            f"deadline {a['deadline']:g} s, {a['rounds']} rounds (steady = rounds 2+)")
+
+
+def markdown(d: dict, md) -> str:
+    """The docs/BENCHMARKS.md table of a results file (`md(columns, rows)` renders one; bench/report.py)."""
+    lines = [title(d["results"], d["args"]), "", md(COLUMNS, table_rows(d["results"])), "", CAPTION + "."]
+    for design, g in (d.get("growth") or {}).items():
+        lo, hi = g["from_to"]
+        lines.append(f"\n{design}: N = {lo} -> {hi}: discovery messages x{g['discovery_msgs_per_node_round']:.2f}, "
+                     f"discovery bytes x{g['discovery_bytes_per_node_round']:.2f}, non-payload TCP x{g['tcp_per_node_round']:.2f}.")
+    lines.append(f"\nProcesses left running after cleanup: {d.get('leftover_processes') or 'none'}.")
+    return "\n".join(lines)
+
+
+def report(results: list[dict], args) -> dict:
+    C.print_table("Discovery v1 (dht-key) vs v2 (push): " + title(results, vars(args)), COLUMNS, table_rows(results),
+                  caption=CAPTION)
     growth = {}
     for design in DESIGNS:
         by_n = {r["n"]: r["steady"] for r in results if r["design"] == design}

@@ -42,6 +42,7 @@ OutOpt = Annotated[Optional[str], _opt("out")]
 ResumeOpt = Annotated[bool, typer.Option(help="Continue from the last checkpoint in --out.")]
 LossOpt = Annotated[Optional[str], _opt("loss.variant")]
 LoraOpt = Annotated[Optional[int], _opt("model.lora_r")]
+SamplerOpt = Annotated[Optional[str], _opt("model.sampler")]
 ReportOpt = Annotated[Optional[list[str]], _opt("report_to", "--report-to")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override any config key: section.key=value "
                                                                     "(`swarm-node config` lists them).")]
@@ -93,12 +94,14 @@ def build_config(config: Path | None, flags: dict[str, object], sets: list[str] 
 
 @app.command()
 def train(config: ConfigOpt = None, model: ModelOpt = None, task: TaskOpt = None, data: DataOpt = None,
-          rounds: RoundsOpt = None, out: OutOpt = None, resume: ResumeOpt = False, loss: LossOpt = None, lora_r: LoraOpt = None,
-          report_to: ReportOpt = None, set_: SetOpt = None, verbose: VerboseOpt = False):
+          rounds: RoundsOpt = None, out: OutOpt = None, resume: ResumeOpt = False, loss: LossOpt = None,
+          lora_r: LoraOpt = None, sampler: SamplerOpt = None, report_to: ReportOpt = None, set_: SetOpt = None,
+          verbose: VerboseOpt = False):
     """Train one node alone (no network): generate -> reward -> F-TIS step, every round."""
     with user_errors():
         cfg = build_config(config, {"model.name": model, "task.name": task, "task.data": data, "train.rounds": rounds,
-                                    "out": out, "loss.variant": loss, "model.lora_r": lora_r, "report_to": report_to}, set_)
+                                    "out": out, "loss.variant": loss, "model.lora_r": lora_r, "model.sampler": sampler,
+                                    "report_to": report_to}, set_)
         setup_logging(cfg.out, verbose)
         from swarm_node.node import run
 
@@ -115,12 +118,13 @@ def join(model: ModelOpt = None,
          run_id: Annotated[Optional[str], _opt("swarm.run_id")] = None,
          mode: Annotated[Optional[str], _opt("swarm.mode")] = None,
          rounds: RoundsOpt = None, out: OutOpt = None, resume: ResumeOpt = False, loss: LossOpt = None,
-         lora_r: LoraOpt = None, report_to: ReportOpt = None, set_: SetOpt = None, verbose: VerboseOpt = False):
+         lora_r: LoraOpt = None, sampler: SamplerOpt = None, report_to: ReportOpt = None, set_: SetOpt = None,
+         verbose: VerboseOpt = False):
     """Join (or start) a swarm and train on your own plus your peers' rollouts."""
     with user_errors():
         cfg = build_config(config, {"model.name": model, "task.name": task, "task.data": data, "train.rounds": rounds,
-                                    "out": out, "loss.variant": loss, "model.lora_r": lora_r, "report_to": report_to,
-                                    "swarm.peers": peers, "swarm.identity": identity, "swarm.host_maddrs": host_maddrs,
+                                    "out": out, "loss.variant": loss, "model.lora_r": lora_r, "model.sampler": sampler,
+                                    "report_to": report_to, "swarm.peers": peers, "swarm.identity": identity, "swarm.host_maddrs": host_maddrs,
                                     "swarm.announce_maddrs": announce_maddrs, "swarm.run_id": run_id,
                                     "swarm.mode": mode}, set_)
         setup_logging(cfg.out, verbose)

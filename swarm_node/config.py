@@ -110,6 +110,8 @@ class ModelConfig:
     """cpu | cuda | cuda:N | auto (cuda if available)."""
     init_seed: int = 0
     """Seed for the random init of built-in presets (real checkpoints ignore it)."""
+    sampler: str = "auto"
+    """Generation engine: hf (the trained model itself) | vllm (an engine synced after every step) | auto (vllm with a GPU and vllm installed, else hf)."""
     chat_template: str = "auto"
     """Prompt with the tokenizer's chat template: auto (instruct models) | on | off (plain prompt)."""
     system_prompt: str | None = None
@@ -121,6 +123,7 @@ class ModelConfig:
         _check(self.lora_alpha >= 0, f"model.lora_alpha must be >= 0, got {self.lora_alpha}")
         _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), f"model.dtype: unknown {self.dtype!r}")
         _check(self.lora_r == 0 or len(self.lora_targets) > 0, "model.lora_targets must name at least one module")
+        _check(self.sampler in ("auto", "hf", "vllm"), f"model.sampler must be auto|hf|vllm, got {self.sampler!r}")
         _check(self.chat_template in ("auto", "on", "off"), f"model.chat_template must be auto|on|off, got {self.chat_template!r}")
 
 

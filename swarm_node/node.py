@@ -36,6 +36,7 @@ from swarm_node.rollout import (OWN, RolloutBuffer, combine, format_fail_frac, g
                                 prompt_tokens, round_examples, round_seed)
 from swarm_node.sampling import Sampler
 from swarm_node.sampling.hf import HFSampler
+from swarm_node.sampling.mismatch import own_sample_mismatch
 from swarm_node.status import StatusFile
 from swarm_node.tasks import Task, load_task
 from swarm_node.tracking import check_trackers, open_tracker
@@ -97,8 +98,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
             warmstart={"step": step, "steps": cfg.train.warmstart_steps, "loss": loss}))
     checkpoint = latest_checkpoint(cfg.out) if resume else None
     policy = load_policy(cfg, base, checkpoint)
-    parts = Parts(cfg, task, eval_task, held_out(eval_task, cfg.task.eval_limit), base, policy, HFSampler(policy),
-                  Trainer(policy, cfg), first=0)
+    parts = Parts(cfg, task, eval_task, held_out(eval_task, cfg.task.eval_limit), base, policy,
+                  build_sampler(cfg, policy), Trainer(policy, cfg), first=0)
     status.update(model=cfg.model.name, params=sum(p.numel() for p in policy.model.parameters()),
                   trainable_params=sum(p.numel() for p in policy.trainable_parameters()))
     check_memory(cfg, policy, len(prompt_tokens(policy, task, task.split("train")[0])))
@@ -119,6 +120,15 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
                               trusted_peers=frozenset(cfg.swarm.trusted_peers))
         parts.admission = Admission(expect, task, policy)
     return parts
+
+
+def build_sampler(cfg: NodeConfig, policy: Policy) -> Sampler:
+    """model.sampler: hf samples from the trained model itself; vllm from an engine synced after every step."""
+    from swarm_node.sampling.vllm import VLLMSampler, default_sampler
+
+    kind = default_sampler() if cfg.model.sampler == "auto" else cfg.model.sampler
+    log.info("sampler: %s", kind)
+    return HFSampler(policy) if kind == "hf" else VLLMSampler(policy, seed=cfg.train.seed)
 
 
 def check_memory(cfg: NodeConfig, policy: Policy, prompt_len: int) -> None:
@@ -175,6 +185,9 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 own = generate_groups(sampler, policy, p.task, examples, cfg.rollout, round_seed(cfg.train.seed, r))
                 buffer.add(own, OWN, trainer.policy_version, r)
                 row.update(group_stats(own), **format_fail_frac(own, p.task, policy), **{M.TIME_GENERATE: time.perf_counter() - t})
+                if not isinstance(sampler, HFSampler):  # HF samples are the trainer's own: ratio 1 by construction
+                    row.update(own_sample_mismatch(policy, own, cfg.rollout.temperature, cfg.train.micro_batch,
+                                                   cfg.train.logprob_chunk))
 
                 if exchange is not None:
                     # ------------------------------------------------------------ offer

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten)
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
-FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after this
+FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
 
 
@@ -93,6 +93,7 @@ class Mesh:
         self.known: OrderedDict[str, list[str]] = OrderedDict(self.initial)
         self.retry_at: dict[str, float] = {}
         self.failures: Counter[str] = Counter()  # consecutive failures per candidate
+        self.fulls: Counter[str] = Counter()  # consecutive "full" answers per candidate
         self.dropped: Counter[str] = Counter()  # offers stripped at receipt, for the next collect's `dropped`
         self.refused: Counter[str] = Counter()  # announcements refused, by reason
         self.old_version: set[str] = set()  # peers that do not speak discovery v2
@@ -150,6 +151,7 @@ class Mesh:
         if ann.seq >= n.seq:
             n.info, n.seq = ann.info, ann.seq
         self.failures.pop(peer, None)
+        self.fulls.pop(peer, None)
         self.retry_at.pop(peer, None)
         self.learn([(peer, n.addrs)])
         self.learn(ann.peers)
@@ -222,7 +224,8 @@ class Mesh:
             except RecordError:
                 pass
             self.drop(peer)
-            self.retry_at[peer] = now + FULL_RETRY_S
+            self.fulls[peer] += 1
+            self.retry_at[peer] = now + min(MAX_RETRY_S, FULL_RETRY_S * 2 ** (self.fulls[peer] - 1))
             return STATUS_FULL
         elif status != STATUS_REFUSED:
             status = "bad_reply"
@@ -261,11 +264,13 @@ class Mesh:
         return dropped
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
-        """Up to n peers to dial: initial peers first, then a random sample of the others known."""
+        """Up to n peers to dial, at random among those known; initial peers first while we have no
+        neighbor at all (afterwards they are peers like others: a bootstrap node everyone names in
+        `--peers` must not be dialled by every node that runs short)."""
         ok = [p for p in self.known if p not in self.neighbors and p not in busy and p != self.own_id
               and self.retry_at.get(p, 0.0) <= now]
-        first = [p for p in ok if p in self.initial]
-        rest = [p for p in ok if p not in self.initial]
+        first = [p for p in ok if p in self.initial] if not self.neighbors else []
+        rest = [p for p in ok if p not in first]
         picked = first[:n] + self.rng.sample(rest, max(0, min(n - len(first[:n]), len(rest))))
         return [(p, self.known[p]) for p in picked]
 

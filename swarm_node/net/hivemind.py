@@ -181,7 +181,8 @@ class HivemindTransport:
         self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats)
         await self._p2p.add_binary_stream_handler(
             FETCH_PROTOCOL, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
-        self._addrs = [str(m.decapsulate(Multiaddr(f"/p2p/{self._peer_id}"))) for m in await self._p2p.get_visible_maddrs()]
+        self._addrs = sorted((str(m.decapsulate(Multiaddr(f"/p2p/{self._peer_id}")))
+                              for m in await self._p2p.get_visible_maddrs()), key=_is_loopback)  # announced: 4 at most
         if self.discovery == "push":
             await self._astart_push(key)
         else:
