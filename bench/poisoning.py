@@ -163,13 +163,18 @@ def aggregate(runs: list[dict]) -> list[dict]:
     for (name, rounds), rs in sorted(by.items()):
         ends = [statistics.fmean([r["victim"]["acc_end"], r["honest"]["acc_end"]]) for r in rs]
         starts = [statistics.fmean([r["victim"]["acc_start"], r["honest"]["acc_start"]]) for r in rs]
-        base = [b for b in runs if b["config"] == "baseline" and b["rounds"] == rounds]
-        base_by_seed = {b["seed"]: statistics.fmean([b["victim"]["acc_end"], b["honest"]["acc_end"]]) for b in base}
-        paired = [e - base_by_seed[r["seed"]] for r, e in zip(rs, ends) if r["seed"] in base_by_seed]
-        rows.append({"config": name, "rounds": rounds, "seeds": sorted(r["seed"] for r in rs),
-                     "acc_start": round(statistics.fmean(starts), 4), "acc_end": round(statistics.fmean(ends), 4),
-                     "victim_end": [r["victim"]["acc_end"] for r in rs], "honest_end": [r["honest"]["acc_end"] for r in rs],
-                     "vs_baseline": round(statistics.fmean(paired), 4) if paired else None})
+        row = {"config": name, "rounds": rounds, "seeds": [r["seed"] for r in rs],
+               "acc_start": round(statistics.fmean(starts), 4), "acc_end": round(statistics.fmean(ends), 4),
+               "victim_end": [r["victim"]["acc_end"] for r in rs], "honest_end": [r["honest"]["acc_end"] for r in rs],
+               "forged_rounds": [r["victim"].get("forged_rounds") for r in rs]}
+        # paired by seed: against the plain no-attack run, and against the no-attack run with the same defence
+        for key, base_name in (("vs_baseline", "baseline"), ("vs_same_loss_no_attack", f"baseline_{name}")):
+            base = {b["seed"]: statistics.fmean([b["victim"]["acc_end"], b["honest"]["acc_end"]])
+                    for b in runs if b["config"] == base_name and b["rounds"] == rounds}
+            paired = [e - base[r["seed"]] for r, e in zip(rs, ends) if r["seed"] in base]
+            row[key] = round(statistics.fmean(paired), 4) if paired else None
+            row[key + "_seeds"] = len(paired)
+        rows.append(row)
     return rows
 
 
@@ -215,8 +220,9 @@ def main() -> int:
     summary = aggregate(runs)
     C.write_results("poisoning", {"summary": summary}, args, info, started, out=path, runs=runs, **kept)
     C.print_table("held-out pass@1 (n=200), mean of both honest nodes", ["config", "rounds", "seeds", "start", "end",
-                  "vs baseline"], [[s["config"], s["rounds"], s["seeds"], s["acc_start"], s["acc_end"], s["vs_baseline"]]
-                                   for s in summary])
+                  "vs baseline", "vs same loss, no attack"],
+                  [[s["config"], s["rounds"], s["seeds"], s["acc_start"], s["acc_end"], s["vs_baseline"],
+                    s["vs_same_loss_no_attack"]] for s in summary])
     return 0
 
 
