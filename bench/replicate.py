@@ -4,7 +4,8 @@ Every arm is real: a swarm arm is two `swarm-node join` processes on 127.0.0.1 (
 the swarm, the second joins with --peers read from the first one's OUT/status.json), an "alone"
 arm is one `swarm-node train` process per node. Same seeds in every arm (paired design), the
 paper's batch of 24 sequences per step (in a swarm 1 own + 1 peer group of G = 12:
-prompts_per_round=1, swarm.peer_groups_per_own=1; alone 2 own groups), held-out greedy pass@1 on the 500 arith test problems, and an
+prompts_per_round=1, swarm.peer_groups_per_own=1; alone 2 own groups), held-out greedy pass@1
+on the 500 arith test problems, and an
 out-of-distribution set (second operand 10..99, never trained on) evaluated here from each
 node's final checkpoint.
 
@@ -239,7 +240,8 @@ def ood_accuracy(node: Node, checkpoint: Path | None, limit: int) -> float:
     if checkpoint is None:
         policy = Policy.load(ModelConfig(name=base, device="cpu"))
     elif node.lora_r:  # a LoRA checkpoint holds the adapter only
-        policy = Policy.load(ModelConfig(name=base, lora_r=node.lora_r, device="cpu"), adapter_path=checkpoint / "model")
+        policy = Policy.load(ModelConfig(name=base, lora_r=node.lora_r, device="cpu"),
+                             adapter_path=checkpoint / "model")
     else:
         policy = Policy.load(ModelConfig(name=str(checkpoint / "model"), device="cpu"))
     task = load_task("arith", **OOD)
@@ -273,7 +275,8 @@ def run_one(scale: Scale, pair: str, arm: str, seed: int) -> None:
     if not nodes:
         return
     label = f"{pair}/{arm}/seed {seed}" if arm != "alone" else f"alone {'+'.join(n.name for n in nodes)}/seed {seed}"
-    run_dir = RUNS / ("quick" if scale is QUICK else "study") / (f"alone-s{seed}" if arm == "alone" else f"{pair}-{arm}-s{seed}")
+    run_name = f"alone-s{seed}" if arm == "alone" else f"{pair}-{arm}-s{seed}"
+    run_dir = RUNS / ("quick" if scale is QUICK else "study") / run_name
     started = time.time()
     for attempt in (1, 2):
         try:
@@ -361,7 +364,8 @@ def load(scale: Scale) -> dict:
             continue
         data = json.loads(path.read_text())
         for rec in data["nodes"]:
-            pairs = [p for p, names in PAIRS.items() if rec["node"] in names] if data["arm"] == "alone" else [data["pair"]]
+            alone = data["arm"] == "alone"  # an alone run counts for every pair its node is in
+            pairs = [p for p, names in PAIRS.items() if rec["node"] in names] if alone else [data["pair"]]
             for pair in pairs:
                 found.setdefault((pair, data["arm"], data["seed"]), {})[rec["node"]] = rec
     return found
@@ -386,7 +390,8 @@ def mechanism(res: dict, pair: str, arm: str, node: str) -> dict[str, float]:
     for key, how in (("filter/dropped_frac", "mean"), ("is/truncated_frac", "mean"), ("is/ratio_mean", "mean"),
                      ("is/ratio_min", "min"), ("is/ratio_max", "max"), ("swarm/peer_groups_used", "mean")):
         vals = [r[key] for r in rows if key in r]
-        out[key] = (min(vals) if how == "min" else max(vals) if how == "max" else sum(vals) / len(vals)) if vals else math.nan
+        summary = {"min": min, "max": max, "mean": lambda v: sum(v) / len(v)}[how]
+        out[key] = summary(vals) if vals else math.nan
     return out
 
 
@@ -425,10 +430,11 @@ def verdict(res: dict, claim) -> tuple[str, str]:
     if test == "not-worse":
         od = diffs(res, units, arm, base, "ood")
         if len(od) >= 2:
-            better = sum(ci95(diffs(res, [u], arm, base, "ood"))[0] > 0 and mean_se(diffs(res, [u], arm, base, "ood"))[0]
-                         >= 0.01 for u in units)  # at least 1 point (5 problems): the floor is near 0
+            per_node = [diffs(res, [u], arm, base, "ood") for u in units]
+            better = sum(ci95(d)[0] > 0 and mean_se(d)[0] >= 0.01 for d in per_node)  # >= 5 problems: near the floor
             effect += (f"; out of distribution: {100 * mean_se(od)[0]:+.1f} ± {100 * mean_se(od)[1]:.1f} points "
-                       f"(CI {100 * ci95(od)[0]:+.1f} .. {100 * ci95(od)[1]:+.1f}), better by >= 1 point with CI above 0 on "
+                       f"(CI {100 * ci95(od)[0]:+.1f} .. {100 * ci95(od)[1]:+.1f}), "
+                       f"better by >= 1 point with CI above 0 on "
                        f"{better} of {len(units)} nodes")
         return ("reproduced" if lo > -DELTA else "not reproduced" if hi < 0 else "inconclusive at this scale"), effect
     if test == "higher-large":
@@ -439,7 +445,8 @@ def verdict(res: dict, claim) -> tuple[str, str]:
     if test == "recover":
         harm = diffs(res, units, "nois", "alone")
         if len(harm) < 2 or ci95(harm)[1] >= 0:
-            return "inconclusive at this scale", effect + "; NoIS did no measurable harm here, so there is nothing to recover"
+            return ("inconclusive at this scale",
+                    effect + "; NoIS did no measurable harm here, so there is nothing to recover")
         share = m / -mean_se(harm)[0]
         effect += f"; recovers {100 * share:.0f}% of NoIS's loss"
         return ("reproduced" if lo > 0 and share >= 0.5 else "not reproduced" if hi < -0.5 * mean_se(harm)[0]
@@ -458,23 +465,45 @@ def verdict(res: dict, claim) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------- report
-NOTES = {  # why a claim may behave differently in miniature; the numbers come from the tables
-    1: "NoIS can only hurt when peers' samples are far off-policy for the receiver; the ratio "
-       "statistics in the table above show how far (is/ratio_* is pi_theta / pi_gen over the step's tokens).",
-    2: "The filter drops the advantage of a peer's negative-advantage sequences whose divergence D >= g; "
-       "filter/dropped_frac says how often that happened.",
+NOTES = {  # why a claim may behave differently in miniature; the numbers are in the tables
+    1: "NoIS trains on a peer's samples as if they were the receiver's own (one optimizer step per round: "
+       "R = 1 and nothing corrects for pi_gen). That can only hurt when the samples are far off-policy for "
+       "the receiver; is/ratio_* (pi_theta / pi_gen over the step's tokens) in the table above shows how far: "
+       "a mean near 1 with extremes of tens to hundreds means a few tokens per step are very unlikely under "
+       "the receiver, a much smaller gap than between Qwen2.5-1.5B and 3B.",
+    2: "The filter removes the advantage of a peer's negative-advantage sequences whose divergence D >= g "
+       "(filter/dropped_frac above). If NoIS does no measurable harm there is nothing to recover, and the "
+       "verdict says so.",
     3: "With one optimizer step per round, VIS clips pi_theta / pi_gen to [1 - eps, 1 + eps]: peer tokens "
-       "outside it give no gradient; TIS keeps them, weighted by min(ratio, C).",
-    4: "'early' = the first evaluation after the start (round eval_every). OOD = a second operand of 10..99 "
-       "(training never goes above 9), evaluated from each node's final checkpoint by this script.",
-    5: "Horizontal: both nodes answer the same prompt each round and groups merge (24 completions); "
-       "vertical: each answers its own prompt and trains on 1 own + 1 peer group.",
-    6: "g only acts on negative-advantage sequences of peers; the dropped fraction per g shows how many it removes.",
+       "outside it give no gradient; TIS keeps them, weighted by min(ratio, C). Own samples are on-policy "
+       "either way, so the two can only differ through the peer half of each batch.",
+    4: "'early' = the first evaluation after the start (round eval_every), for 'initially slower'. OOD = a "
+       "second operand of 10..99 (training never goes above 9), evaluated from each node's final checkpoint "
+       "by this script. These models score about 1 % there before and after RL, so 'sometimes better out of "
+       "distribution' cannot be resolved at this floor.",
+    5: "Horizontal: both nodes answer the same prompt each round and their groups merge into one group of "
+       "24 completions from two policies (advantages mix both nodes' rewards); vertical: each node answers "
+       "its own prompt and trains on 1 own + 1 peer group.",
+    6: "g only acts on negative-advantage peer sequences; the dropped fraction per g shows how many it "
+       "removes. A smaller g drops more, but too few sequences change for accuracy to move measurably here.",
 }
 
 
 SUFFIX = {"final": "", "early": " early", "ood": " OOD"}
 YLABEL = {"final": "final held-out", "early": "early (1st eval) held-out", "ood": "final OOD"}
+
+
+def _per_node(res: dict, claim) -> str:
+    """One line: each node's seed-paired difference of the claim's effect with its 95% interval."""
+    _, _, _, pairs, _, (arm, base) = claim
+    parts = []
+    for p in pairs:
+        for n in PAIRS[p]:
+            d = diffs(res, [(p, n)], arm, base)
+            if len(d) >= 2:
+                lo, hi = ci95(d)
+                parts.append(f"{p}/{n} {100 * mean_se(d)[0]:+.1f} ({100 * lo:+.1f} .. {100 * hi:+.1f})")
+    return f"Per node, {arm} − {base} (points, 95% CI): " + ("; ".join(parts) or "not run yet") + "."
 
 
 def _rows(res: dict, claim) -> list[str]:
@@ -555,9 +584,10 @@ def render(scale: Scale, quick: bool) -> None:
     count = {v: sum(x[1] == v for x in verdicts) for v in
              ("reproduced", "not reproduced", "inconclusive at this scale", "not run yet")}
     seeds = sorted({seed for (_, _, seed) in res})
-    warm = json.loads((scale.results / "warm-ood.json").read_text()) if (scale.results / "warm-ood.json").exists() else {}
-    runs = {(d["arm"], d["seed"], d["seconds"]) if d["arm"] == "alone" else (d["pair"], d["arm"], d["seed"]): d["seconds"]
-            for d in (json.loads(p.read_text()) for p in scale.results.glob("*-s*.json"))}
+    warm_file = scale.results / "warm-ood.json"
+    warm = json.loads(warm_file.read_text()) if warm_file.exists() else {}
+    runs = {(d["arm"], d["seed"], d["seconds"]) if d["arm"] == "alone" else (d["pair"], d["arm"], d["seed"]):
+            d["seconds"] for d in (json.loads(p.read_text()) for p in scale.results.glob("*-s*.json"))}
     minutes = sum(runs.values()) / 60
     summary = (f"In miniature (tiny presets on arith, {len(seeds)} seed(s), {scale.rounds} rounds): "
                + ", ".join(f"{n} {k}" for k, n in count.items() if n) + " of the paper's 6 claims: "
@@ -570,7 +600,7 @@ def render(scale: Scale, quick: bool) -> None:
                delta=100 * DELTA, warm=", ".join(f"{k} {100 * v:.1f}%" for k, v in warm.items())), ""]
     for claim, v, effect in verdicts:
         number, statement = claim[0], claim[1]
-        out += [f"## Claim {number}: {statement}", "", f"**Verdict: {v}.** {effect}.", "",
+        out += [f"## Claim {number}: {statement}", "", f"**Verdict: {v}.** {effect}.", "", _per_node(res, claim), "",
                 "Final held-out pass@1 (%), mean ± standard error over seeds (n = seeds):", "", *_rows(res, claim), ""]
         path = img / f"replication_claim{number}.png"
         if figure(res, claim, path):
@@ -609,9 +639,10 @@ on subtraction only, both then RL-trained on both. Task: arith, 2-digit first op
 ("What is 48 plus 7?"). The paper's batch: G = 12, 1 prompt per round, 1 own + 1 peer group per step
 (`swarm.peer_groups_per_own=1`), C = 2, g = 50 unless varied, vertical unless horizontal; alone =
 plain GRPO on 2 own groups per step (the same 24 sequences and the same number of steps, as the
-paper's baseline; its first prompt each round is the swarm node's prompt). {rounds} rounds, held-out greedy pass@1 on {n} test problems at
-the start, every {eval_every} rounds and at the end; OOD: {ood} problems with a second operand of
-10..99. Seeds: {seeds} (the same seeds in every arm, so differences are paired per seed). Warm
+paper's baseline; its first prompt each round is the swarm node's prompt). {rounds} rounds, held-out
+greedy pass@1 on {n} test problems at the start, every {eval_every} rounds and at the end; OOD:
+{ood} problems with a second operand of 10..99. Seeds: {seeds} (the same seeds in every arm, so differences
+are paired per seed). Warm
 starts' OOD pass@1: {warm}. Wall time of the runs below: {minutes:.0f} min.
 
 Verdict rule (per claim, on the seed-paired difference averaged over the claim's nodes, 95% t
