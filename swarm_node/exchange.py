@@ -58,6 +58,7 @@ class Exchange:
     def __init__(self, transport: Transport, cfg: SwarmConfig, model_id: str, tokenizer: str):
         self.transport, self.cfg, self.model_id, self.tokenizer = transport, cfg, model_id, tokenizer
         self.own_groups: OrderedDict[str, int] = OrderedDict()  # fingerprint of a group we offered -> round
+        self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
         """Serve our groups of this round as a packet; returns its metrics."""
@@ -89,7 +90,7 @@ class Exchange:
         accepted: list[tuple[str, Packet]] = []
         rejected: Counter[str] = Counter()
         n_received, packet_bytes_in, peers = 0, 0, 0
-        t_end = time.monotonic() + s.deadline_s
+        t_end = time.monotonic() + self._deadline()
         for _ in range(MAX_COLLECTS):
             need = s.min_peers - len({peer for peer, _ in accepted})
             got = self.transport.collect(oldest, newest, need, max(0.0, t_end - time.monotonic()))
@@ -115,6 +116,13 @@ class Exchange:
                  M.TIME_EXCHANGE: time.perf_counter() - start}
         stats.update({f"{M.REJECTED_PREFIX}{reason}": n for reason, n in rejected.items()})
         return accepted, stats
+
+    def _deadline(self) -> float:
+        """The round's wait: `deadline_s`, except for the first node of a new swarm while nobody has
+        joined it yet (it would wait for no one): `alone_wait_s`."""
+        if not self.seen_peers:
+            self.seen_peers = bool(self.cfg.peers) or bool(self.transport.peers())
+        return self.cfg.deadline_s if self.seen_peers else min(self.cfg.deadline_s, self.cfg.alone_wait_s)
 
     def _admit(self, item: Received, admit: Callable[[Received], Packet], rejected: Counter) -> Packet | None:
         """The admitted packet, or None after counting why it was rejected."""

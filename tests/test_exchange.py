@@ -70,6 +70,9 @@ class ScriptedTransport:
     def stats(self):
         return {}
 
+    def peers(self):
+        return []
+
 
 def test_echoes_of_our_packet_are_rejected_and_do_not_end_the_wait(tiny_policy, arith):
     """QmEvil re-signs our packet (whole; and one of our groups beside one of its own); both pass every

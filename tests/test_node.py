@@ -71,7 +71,8 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
     # it is cached once here (both nodes share the recipe), which also imports transformers' model
     # classes before two threads would race on its lazy imports
     common = FAST + ["train.rounds=2", "train.warmstart_steps=100", "swarm.deadline_s=60", "swarm.linger_s=1",
-                     "swarm.run_id=mem", "rollout.group_size=4", "swarm.staleness=0"]
+                     "swarm.run_id=mem", "rollout.group_size=4", "swarm.staleness=0",
+              "swarm.alone_wait_s=60"]  # whichever node starts first waits for the other
     warmstarted_model(load_config(None, common), load_task("arith"))
     loading, load_policy = threading.Lock(), node_module.load_policy
 

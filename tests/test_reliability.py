@@ -336,6 +336,9 @@ class FakeTransport:
     def stats(self):
         return {}
 
+    def peers(self):
+        return []
+
     def close(self):
         pass
 
