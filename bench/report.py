@@ -108,27 +108,19 @@ def anatomy(d: dict) -> str:
 
 
 def scale(d: dict) -> str:
-    rows = []
-    for r in d["results"]:
-        s, f = r["steady"], r["first_round"]
-        rows.append([r["n"], 100 * s["delivered_frac"], 100 * f["delivered_frac"], s["latency_median_s"],
-                     s["latency_p95_s"], s.get("discovery_median_s"), s.get("transfer_median_s"), s["offer_median_s"],
-                     s["payload_in_per_node_round"] / 1e3,
-                     (s["tcp_in_per_node_round"] + s["tcp_out_per_node_round"]) / 1e3,
-                     s.get("overhead_per_node_round", float("nan")) / 1e3, s["cpu_s_per_node_round"], r["startup_s"]])
-    a = d["args"]
-    g = d.get("growth_exponents") or {}
-    growth = ", ".join(f"{k.replace('_per_node_round', '').replace('_', ' ')} N^{v:.2f}" for k, v in g.items() if v is not None)
-    return (f"{header(d)}\n\npacket {d['results'][0]['packet_bytes']:,} B (2 x 12 x ~{a['tokens']} tokens), deadline "
-            f"{a['deadline']:g} s, {a['rounds']} rounds (round 1 cold, the rest steady), per node per round\n\n"
-            + md(["N", "delivered %", "round-1 delivered %", "latency p50 s", "latency p95 s", "discovery p50 s",
-                  "transfer p50 s", "offer p50 s", "payload in KB", "TCP in+out KB", "non-payload KB", "CPU s",
-                  "startup s"], rows)
-            + f"\n\nGrowth (least-squares exponent over N): {growth}.\n"
-            + f"Processes left running after cleanup: {d.get('leftover_processes') or 'none'}.")
+    import scale as _scale
+
+    return f"{header(d)}\n\n{_scale.markdown(d, md)}"
 
 
-RENDER = {"codec_throughput": codec, "logprob_memory": logprob, "vs_trl": vs_trl, "scale": scale}
+def discovery_sim(d: dict) -> str:
+    import discovery_sim as _sim
+
+    return f"{header(d)}\n\n{_sim.markdown(d, md)}"
+
+
+RENDER = {"codec_throughput": codec, "logprob_memory": logprob, "vs_trl": vs_trl, "scale": scale,
+          "discovery_sim": discovery_sim}
 
 
 def main() -> None:

@@ -136,20 +136,10 @@ def worker(args) -> None:
         for i in indices:
             cfg = SwarmConfig(run_id=args.run_id, peers=[args.peer] if args.peer else [], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                               fetch_timeout_s=args.deadline, min_peers=args.k, start_timeout_s=args.start_timeout)
-            node = HivemindTransport(cfg, model_id="bench/synthetic", tokenizer="sha256:" + "ab" * 32, protocol=1,
-                                     discovery=args.design, mesh_k=args.k)
-            node.start()
-            nodes.append(node)
-        for i, node in zip(indices, nodes):
-            (d / f"ready{i}.tmp").write_text(json.dumps({"maddr": node.join_addrs()[0], "peer_id": node.peer_id,
-                                                          "pid": os.getpid(), "p2pd_pid": node._p2pd_pid}))
-            os.replace(d / f"ready{i}.tmp", d / f"ready{i}.json")
-        give_up = time.time() + 2 * args.start_timeout
-        while not (d / "go.json").exists():
-            if time.time() > give_up:
-                raise SystemExit("no go signal")
-            time.sleep(0.05)
-        t0 = json.loads((d / "go.json").read_text())["t0"]
+            nodes.append(HivemindTransport(cfg, model_id="bench/synthetic", tokenizer="sha256:" + "ab" * 32, protocol=1,
+                                           discovery=args.design, mesh_k=args.k))
+            nodes[-1].start()
+        t0 = ready_then_go(d, indices, nodes, 2 * args.start_timeout)
         results: dict[int, dict] = {i: {"index": i, "peer_id": n.peer_id, "rounds": [], "snapshots": []}
                                     for i, n in zip(indices, nodes)}
 
@@ -198,6 +188,20 @@ def worker(args) -> None:
     finally:
         for n in nodes:
             n.close()
+
+
+def ready_then_go(d: Path, indices: list[int], nodes: list, timeout: float) -> float:
+    """Tell the parent our nodes are up (their addresses and pids), then wait for its start time t0."""
+    for i, node in zip(indices, nodes):
+        (d / f"ready{i}.tmp").write_text(json.dumps({"maddr": node.join_addrs()[0], "peer_id": node.peer_id,
+                                                      "pid": os.getpid(), "p2pd_pid": node._p2pd_pid}))
+        os.replace(d / f"ready{i}.tmp", d / f"ready{i}.json")
+    give_up = time.time() + timeout
+    while not (d / "go.json").exists():
+        if time.time() > give_up:
+            raise SystemExit("no go signal")
+        time.sleep(0.05)
+    return json.loads((d / "go.json").read_text())["t0"]
 
 
 # ------------------------------------------------------------------------------------------ parent

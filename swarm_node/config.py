@@ -253,10 +253,13 @@ class SwarmConfig:
     """While no initial peer answers, retry bootstrapping this often."""
     start_timeout_s: float = 60.0
     """Longest wait for the libp2p daemon and DHT to start."""
+    discovery: str = "push"
+    """How peers find each other's packets: push (v2: neighbors push offers) | dht-key (v1, for benchmarks only)."""
     nat_traversal: bool = False
     """libp2p UPnP/NAT-PMP port mapping, AutoNAT and circuit-relay client (probes the LAN; for home-NAT users)."""
 
     def __post_init__(self):
+        _check(self.discovery in ("push", "dht-key"), f"swarm.discovery must be push|dht-key, got {self.discovery!r}")
         _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
         _check(self.min_peers >= 0, "swarm.min_peers must be >= 0")
         _check(self.deadline_s >= 0 and self.alone_wait_s >= 0, "swarm.deadline_s/alone_wait_s must be >= 0")

@@ -354,7 +354,8 @@ def smoke_rounds(device: str, out: str) -> list[dict]:
     from swarm_node.node import run
 
     cfg = load_config(None, [f"model.device={device}", "model.name=tiny-s", "task.name=arith", "train.rounds=2",
-                             "rollout.group_size=4", "rollout.max_new_tokens=8", "task.eval_limit=8", f"out={out}"])
+                             "rollout.group_size=4", "rollout.max_new_tokens=8", "task.eval_limit=8", "train.warmstart_steps=0",
+                             f"out={out}"])
     return run(cfg)
 
 

@@ -14,7 +14,8 @@ from swarm_node.metrics import read_metrics
 from swarm_node.node import run
 
 FAST = ["model.name=tiny-s", "rollout.group_size=3", "rollout.prompts_per_round=2", "rollout.max_new_tokens=6",
-        "task.eval_limit=8", "train.eval_every=2", "train.checkpoint_every=1", "train.lr=1e-2", "threads=1"]
+        "task.eval_limit=8", "train.eval_every=2", "train.checkpoint_every=1", "train.lr=1e-2", "threads=1",
+        "train.warmstart_steps=0"]
 
 
 def test_alone_run_writes_metrics_config_and_checkpoints(tmp_path):

@@ -7,14 +7,16 @@
     fetch.py         the fetch protocol over any asyncio stream (client, server, served offers)
     collect.py       the collect loop: per-peer limits, each digest delivered once, stale offers
     loop.py          a private event loop on a thread, and bounded (cancelling) calls into it
-    discovery.py     hivemind DHT: our signed record, the record validator, peer lookup
-    hivemind.py      HivemindTransport, the first implementation: DHT records + libp2p stream pull
+    announce.py      discovery v2: a bounded-degree mesh of neighbors that push their offers to
+                     each other (no hivemind; shared by the libp2p and in-memory transports)
+    discovery.py     hivemind DHT: membership records (v2), the v1 single-key records, validators
+    hivemind.py      HivemindTransport: push announcements + libp2p stream pull (v1 selectable)
+    hivemind_internals.py  every use of a hivemind private attribute, fenced in one place
     memory.py        MemoryTransport: the same protocol and collect loop in one process, for tests
 
-Only discovery.py and hivemind.py import hivemind: they are the libp2p implementation, split in
-two to keep each module readable. discovery.py uses hivemind's public DHT API only; every use of
-a hivemind private attribute sits in one fenced section of hivemind.py ("hivemind internals"),
-and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
+Only discovery.py, hivemind.py and hivemind_internals.py import hivemind: they are the libp2p
+implementation, split to keep each module readable; private attributes are touched only in
+hivemind_internals.py, and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
 sees only bytes, peer ids, digests and rounds: no hivemind types.
 """
 

@@ -1,12 +1,12 @@
 """Discovery v2: a bounded-degree mesh of peers that push their offers to each other.
 
-Each node keeps a few *neighbors* (about D = k + 3 sqrt(k), k = the packets it uses per round) and
-tells them what it serves, in the spirit of gossipsub's IHAVE: when it offers a packet it sends
-every neighbor one *announcement* {run, protocol, round, offers [round, digest, size], its
-addresses, a few peers it knows}; the neighbor answers with its own announcement, and pulls
-packets by digest over the fetch protocol (IWANT). So a node's discovery cost per round is
-about 2 D small frames, whatever the size of the swarm, and a node's collect loop reads its
-neighbors' latest announcements from memory instead of polling the DHT.
+Each node keeps a few *neighbors* (D = ceil(k + 3 sqrt(k)), k = the packets it waits for per
+round) and tells them what it serves, in the spirit of gossipsub's IHAVE: when it offers a packet
+it sends every neighbor one *announcement* {run, seq, degree, protocol, round, offers [round,
+digest, size], its addresses, a few peers it knows}; the neighbor answers with its own, and
+pulls packets by digest over the fetch protocol (IWANT). So a node's discovery cost per round is
+about 4 D small frames whatever the size of the swarm, and its collect loop reads the neighbors'
+latest announcements from memory instead of polling the DHT.
 
     Mesh         the state: neighbors, candidates (initial peers, peer exchange, DHT membership),
                  retry times, cheap rejection of junk; pure and synchronous (memory transport,
@@ -15,10 +15,11 @@ neighbors' latest announcements from memory instead of polling the DHT.
                  while short of neighbors, read DHT membership when out of candidates
     send_announcement / serve_announcement   the frame exchange over one stream
 
-Who may be a neighbor: any peer whose announcement passes `Mesh.judge` (same run and packet
-protocol, at least one offer it could serve us if it offers any) while we have fewer than
-`max_degree` neighbors; beyond that we answer "full" with a sample of our peers (peer exchange),
-so no node carries more than `max_degree` neighbors however popular it is. No hivemind here
+Who may be a neighbor: a peer whose announcement passes `Mesh.judge` (same run and packet
+protocol; if it offers anything, at least one offer we would fetch), while we have fewer than D
+neighbors, or fewer than D + 2 if it is short itself; otherwise we answer "full" with a sample of
+our peers (peer exchange). Two neighbors both above D drop their link. So degrees stay near D and
+no node carries more than D + 2 neighbors however popular it is. No hivemind here
 (protocol/SPEC.md section 11).
 """
 
@@ -37,9 +38,9 @@ import msgpack
 
 from swarm_node.net import PeerInfo
 from swarm_node.net.records import (
-    ANNOUNCE_PROTOCOL, MAX_ANNOUNCE_BYTES, MAX_PX, STATUS_FULL, STATUS_OK, STATUS_REFUSED, REQUEST_TIMEOUT_S, Announcement, FrameError,
-    RecordError, decode_frame_body, encode_frame, frame_length, make_announcement, parse_announcement,
-    parse_peer_exchange,
+    ANNOUNCE_PROTOCOL, MAX_ANNOUNCE_BYTES, MAX_PX, REQUEST_TIMEOUT_S, STATUS_FULL, STATUS_OK, STATUS_REFUSED,
+    Announcement, FrameError, RecordError, decode_frame_body, encode_frame, frame_length, make_announcement,
+    parse_announcement, parse_peer_exchange,
 )
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def fanout(k: int) -> int:
 @dataclass(frozen=True)
 class MeshParams:
     degree: int  # D: dial candidates until we have this many neighbors
-    max_degree: int  # accept inbound neighbors up to this many; beyond, answer "full"
+    max_degree: int  # a newcomer that is short of neighbors itself is still taken up to this many
     ttl_s: float  # a neighbor not heard from for this long is dropped; keepalive every ttl_s / 3
     max_packet_bytes: int  # offers declaring more are stripped (we would never fetch them)
 
@@ -320,6 +321,12 @@ def frame_size(obj: dict) -> int:
 
 
 # ---- the background work of a networked node ---------------------------------------------------------
+class OldVersion(Exception):
+    """The peer does not speak the announcement protocol (an older swarm-node)."""
+
+    protocol = ANNOUNCE_PROTOCOL
+
+
 Contact = Callable[[str, list[str], dict], Awaitable[dict]]  # (peer, addrs, our announcement) -> reply; raises on failure
 ReadMembers = Callable[[], Awaitable[list[tuple[str, list[str]]]]]
 
@@ -411,9 +418,3 @@ class MeshDriver:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=2)
-
-
-class OldVersion(Exception):
-    """The peer does not speak the announcement protocol (an older swarm-node)."""
-
-    protocol = ANNOUNCE_PROTOCOL
