@@ -13,6 +13,11 @@ node's final checkpoint.
     python bench/replicate.py              # the study (resumes: finished runs are skipped)
     python bench/replicate.py --render     # only re-render docs/REPLICATION.md from the JSON
 
+Scale (full): 3 seeds x (9 size arms + 4 trainable + 4 expertise), 100 rounds, evaluation on 500
+every 25 rounds, OOD on 500: 42 swarm runs of 45-135 s and 9 alone runs of 25-70 s, 60 min of run
+wall time measured on the shared 2-core machine (load 7-10), plus 4 cached warm starts (~1 min each
+alone; 4-8 min under that load): within the 90-minute budget. --quick: 154 s with cached warm starts.
+
 Results: bench/results/replication/<run>.json, one per run (the metrics rows the tables use);
 node outputs under runs/replicate/. At most two node processes run at once, each on 1 thread.
 `render` turns whatever results exist into docs/REPLICATION.md and docs/img/replication_*.png
@@ -299,7 +304,7 @@ def run_one(scale: Scale, pair: str, arm: str, seed: int) -> None:
         for rec in records:
             run_path(scale, pair, arm, seed, rec["node"]).write_text(json.dumps({**meta, "nodes": [rec]}))
     else:
-        run_path(scale, pair, arm, seed).write_text(json.dumps({**meta, "nodes": records}))
+        run_path(scale, pair, arm, seed).write_text(json.dumps({**meta, "nodes": records}, separators=(",", ":")))
     summary = ", ".join(f"{r['node']} {100 * r['start']:.1f}->{100 * r['final']:.1f}% (ood {100 * r['ood']:.1f}%)"
                         for r in records)
     print(f"  {label}: {summary} [{seconds:.0f} s]", flush=True)

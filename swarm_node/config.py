@@ -58,10 +58,10 @@ class LossConfig:
     """Per-token divergence estimator of the filter: k1 | k2 | k3."""
     kl_reduce: str = "sum"
     """How per-token divergences combine over a completion: sum | mean."""
-    C_negative: float | None = None
-    """TIS cap for sequences with A_i < 0 (None = C); 1.0 never up-weights a negative sample, so forged low generator log-probs cannot amplify it."""
-    positive_floor: float = 0.0
-    """Lower bound on the TIS weight of sequences with A_i > 0 (0 = none, at most C); 1.0 never down-weights a correct sample."""
+    C_negative: float | None = 1.0
+    """TIS cap for sequences with A_i < 0 (None = C, the paper's TIS); 1.0 never up-weights a negative sample, so forged generator log-probs cannot amplify it."""
+    positive_floor: float = 1.0
+    """Lower bound on the TIS weight of sequences with A_i > 0 (0 = none, the paper's TIS; at most C); 1.0 never down-weights a correct sample."""
     check_certain_claims: bool = False
     """Treat a completion of >= 2 tokens whose claimed generator log-probs are all exactly 0 (certain at T = 1, which no sampler claims) as on-policy."""
 

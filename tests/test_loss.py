@@ -131,19 +131,22 @@ def prefix_push(**cfg) -> float:
 
 
 def test_forged_logprobs_turn_a_correct_group_against_its_answer_unless_defended():
-    assert prefix_push(variant="nois") == pytest.approx(0.0, abs=1e-9)  # GRPO: the shared prefix cancels
-    attacked = prefix_push()  # default f-tis: the wrong rows get C = 2, the right one pi_theta < 1
+    paper = {"C_negative": None, "positive_floor": 0.0}  # the paper's TIS: one cap C for every sample
+    assert prefix_push(variant="nois", **paper) == pytest.approx(0.0, abs=1e-9)  # GRPO: the shared prefix cancels
+    attacked = prefix_push(**paper)  # paper f-tis: the wrong rows get C = 2, the right one pi_theta < 1
     assert attacked < -0.2  # (4.95 - 12.7) / 36 by hand
-    assert attacked < prefix_push(C_negative=1.0) < 0  # (b) halves the push but cannot cancel the down-weighted positive
-    assert prefix_push(C_negative=1.0, check_certain_claims=True) == pytest.approx(0.0, abs=1e-9)  # (b) + (c)
+    assert attacked < prefix_push(C_negative=1.0, positive_floor=0.0) < 0  # (b) halves the push, cannot cancel it
+    assert prefix_push(C_negative=1.0, positive_floor=0.0, check_certain_claims=True) == pytest.approx(0.0, abs=1e-9)
     assert prefix_push(C_negative=1.0, positive_floor=1.0) == pytest.approx(0.0, abs=1e-9)  # sign-aware weights
+    assert prefix_push() == pytest.approx(0.0, abs=1e-9)  # ... which are the default
 
 
 def test_certain_claims_are_on_policy_only_for_multi_token_all_zero_rows():
     logp = [[-1.0, -2.0], [-1.0, -2.0], [-1.0, -2.0]]
     gen = [[0.0, 0.0], [0.0, -0.5], [0.0, 0.0]]
     mask = [[1, 1], [1, 1], [1, 0]]  # row 2: one token (a one-token certainty is possible)
-    loss, grad, s = run(logp, gen, [1.0, 1.0, 1.0], mask, variant="tis", check_certain_claims=True)
+    loss, grad, s = run(logp, gen, [1.0, 1.0, 1.0], mask, variant="tis", check_certain_claims=True,
+                        C_negative=None, positive_floor=0.0)  # the paper's weights, to see the claims' effect
     w = [1.0, 1.0, math.exp(-1.0), math.exp(-1.5), math.exp(-1.0)]  # row 0 on-policy; rows 1, 2 as claimed
     assert loss == pytest.approx(-((w[0] + w[1]) / 2 + (w[2] + w[3]) / 2 + w[4]) / 3)
     assert s["filter/certain_claims_frac"] == pytest.approx(1 / 3)
