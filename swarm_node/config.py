@@ -223,8 +223,8 @@ class SwarmConfig:
     """Stop collecting a round's peer packets once this many peers' packets were accepted (or the deadline passed)."""
     deadline_s: float = 30.0
     """Longest wait for peer packets after generating a round."""
-    alone_wait_s: float = 2.0
-    """A node that started a new swarm (no --peers) and has never seen a peer waits this long instead."""
+    alone_wait_s: float | None = None
+    """If set, a node that started a new swarm (no --peers) waits only this long while it has never seen a peer (None = deadline_s)."""
     staleness: int = 2
     """Accept peer packets from rounds r - staleness .. r + staleness; older ones are ignored and counted."""
     max_peer_groups: int = 24
@@ -262,7 +262,8 @@ class SwarmConfig:
         _check(self.discovery in ("push", "dht-key"), f"swarm.discovery must be push|dht-key, got {self.discovery!r}")
         _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
         _check(self.min_peers >= 0, "swarm.min_peers must be >= 0")
-        _check(self.deadline_s >= 0 and self.alone_wait_s >= 0, "swarm.deadline_s/alone_wait_s must be >= 0")
+        _check(self.deadline_s >= 0 and (self.alone_wait_s is None or self.alone_wait_s >= 0),
+               "swarm.deadline_s/alone_wait_s must be >= 0")
         _check(self.staleness >= 0, "swarm.staleness must be >= 0")
         _check(self.max_peer_groups >= 0, "swarm.max_peer_groups must be >= 0")
         _check(self.peer_groups_per_own >= 0, "swarm.peer_groups_per_own must be >= 0")

@@ -120,8 +120,9 @@ class Exchange:
     def _deadline(self) -> float:
         """The round's wait: `deadline_s`, except for the first node of a new swarm while nobody has
         joined it yet (it would wait for no one): `alone_wait_s`."""
-        if not self.seen_peers:
-            self.seen_peers = bool(self.cfg.peers) or bool(self.transport.peers())
+        if self.cfg.alone_wait_s is None or self.seen_peers:
+            return self.cfg.deadline_s
+        self.seen_peers = bool(self.cfg.peers) or bool(self.transport.peers())
         return self.cfg.deadline_s if self.seen_peers else min(self.cfg.deadline_s, self.cfg.alone_wait_s)
 
     def _admit(self, item: Received, admit: Callable[[Received], Packet], rejected: Counter) -> Packet | None:

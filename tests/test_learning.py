@@ -1,35 +1,39 @@
 """A node alone learns: warm-started tiny presets improve held-out accuracy and training reward under GRPO/F-TIS.
 
-Setup, per seed s in SEEDS (three independent runs, two at a time on 2 cores, ~2-3 min in all):
-a 900-step supervised warm start of tiny-s (model.init_seed=s) on arith ("What is 48 plus 7?"),
-then 100 rounds of 16 prompts x 12 completions at lr 1e-4 (train.seed=s), one optimizer step
-each, with greedy pass@1 on the 500 held-out problems every 10 rounds. Per run:
+Per seed s in SEEDS (four independent runs, two at a time; ~80 CPU-s each, ~3 min wall on 2 idle
+cores): a 900-step supervised warm start of tiny-s (model.init_seed=s) on arith ("What is 48 plus
+7?"), then 100 rounds of 16 prompts x 12 completions at lr 1e-4 (train.seed=s), one optimizer step
+each, greedy pass@1 on the 500 held-out problems every 10 rounds. Per run:
 
-    gain   = mean pass@1 over rounds 80, 90, 100  -  pass@1 after the warm start (round 0)
-    reward = mean training reward over rounds 81-100  -  over rounds 1-20
+    gain         = mean pass@1 of rounds 80, 90, 100  -  pass@1 after the warm start (round 0)
+    reward gain  = mean training reward of rounds 81-100  -  of rounds 1-20
 
-The test asserts the MEAN over the seeds: gain >= MIN_MEAN_GAIN and reward >= MIN_MEAN_REWARD_GAIN.
+Asserted: the MEANS over the seeds, gain >= MIN_MEAN_GAIN (0.05), reward gain >= MIN_MEAN_REWARD_GAIN (0.02).
 
-Why this shape: the warm start is chaotic in floating point. The same seed lands at a different
-held-out accuracy on another CPU (the old single-seed test saw 0.075 on an Intel Xeon, 0.175 on an
-AMD EPYC, and asserted a gain that held on one of them only). So a CPU is, in effect, another
-draw of warm starts; the claim must hold on average over draws, with a margin large against
-their spread. A 900-step warm start (instead of 600) lands past the point where the model
-starts getting answers right (held-out 0.3-0.6), where GRPO has signal in most groups; a 16-prompt
-batch at lr 1e-4 then gains ~+0.1-0.2 within 100 rounds. Averaging the last three evaluations
-instead of the last one halves the wobble of a single checkpoint.
+Why this shape. The warm start is chaotic in floating point: the same seed lands at a different
+held-out accuracy on another CPU (the old one-seed test saw 0.075 on an Intel Xeon and 0.175 on an
+AMD EPYC, and its +0.03 held on the first only). So a CPU is in effect another draw of warm
+starts, and the claim is made about the mean over several draws, with a margin that is large
+against their spread. 900 warm-start steps (not 600) get past the point where the model starts
+answering correctly, so most groups carry signal; 16 prompts per round at lr 1e-4 then gain
++0.04..+0.33 within 100 rounds; the last three evaluations are averaged, not the last one.
 
-Spread measured with bench/learning_spread.py (numbers in bench/results/learning_spread.json),
-seeds 0-3 x four kernel paths on an AMD EPYC with AVX-512: native AVX-512, ATEN_CPU_CAPABILITY=avx2
-and =default (the vectorised kernels of CPUs without AVX-512 / without AVX2), and MKL_CBWR=COMPATIBLE
-(MKL's vendor-neutral sgemm path, standing in for MKL's different code paths on Intel vs AMD).
-Each path changes the warm start (its floating-point results differ), so each is a fresh draw.
-torch.backends.mkldnn.enabled=False and 2 torch threads give bit-identical runs to the
-native path for this model, so they add no spread. SEE_SPREAD below is filled from that file.
+Spread (bench/learning_spread.py -> bench/results/learning_spread.json, AMD EPYC with AVX-512):
+seeds 0-3 x four kernel paths, each recomputing its own warm start: native AVX-512,
+ATEN_CPU_CAPABILITY=avx2 and =default (ATen kernels of CPUs without AVX-512 / AVX2), and
+MKL_CBWR=COMPATIBLE (MKL's vendor-neutral sgemm; MKL takes other code paths on Intel than on AMD).
+    16 runs:  warm starts 0.100..0.606;  gain 0.174 +- 0.088 (sd), min 0.043, all 16 > 0;
+              reward gain 0.052 +- 0.015, min 0.032.
+    the test's means per path (native / avx2 / default / mkl-compat): gain 0.128 / 0.234 / 0.170 /
+              0.166, reward gain 0.054 / 0.053 / 0.046 / 0.057.
+    worst case: the four lowest of the 16 runs average gain 0.075 and reward gain 0.037.
+torch.backends.mkldnn.enabled=False and 2 torch threads are bit-identical to native here.
 
-Honesty checks (same script): with the policy loss's sign flipped the mean gain is about -0.4
-(the policy collapses to 0 % held-out), and with advantages shuffled across the batch (random
-updates of the same size) it is about -0.3, so the assertions fail whenever learning is broken.
+It fails when learning is broken. This test itself, run with swarm_node.trainer.policy_loss
+returning -loss (a sitecustomize.py on PYTHONPATH, so the workers get it too): held-out pass@1 -> 0
+on every seed, mean gain -0.421, reward gain -0.095, FAILED. The script's controls (seeds 0-2):
+flipped sign -0.443 / -0.098; advantages shuffled across the batch (updates of the same size, no
+reward signal) -0.354 / -0.111. Measured passing: 162 s on 2 mostly idle cores, gain +0.128.
 """
 
 import os
@@ -42,13 +46,13 @@ import pytest
 from swarm_node.config import load_config
 from swarm_node.node import run
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3)
 ROUNDS = 100
 EVAL_EVERY = 10
 FINAL_EVALS = 3  # "final" accuracy = mean of the last three evaluations (rounds 80, 90, 100)
 REWARD_WINDOW = 20  # training reward: rounds 1-20 vs the last 20
 MIN_MEAN_GAIN = 0.05
-MIN_MEAN_REWARD_GAIN = 0.01
+MIN_MEAN_REWARD_GAIN = 0.02
 
 
 def learning_overrides(seed: int) -> list[str]:
@@ -70,9 +74,9 @@ def summarize(rows: list[dict]) -> dict[str, float]:
             "reward_late": sum(rewards[-REWARD_WINDOW:]) / REWARD_WINDOW}
 
 
-def learning_run(seed: int, out: str, extra: tuple[str, ...] = ()) -> dict[str, float]:
+def learning_run(seed: int, out: str) -> dict[str, float]:
     """One warm start + GRPO run (in a worker process); returns `summarize` of its rows."""
-    return {"seed": seed, **summarize(run(load_config(None, learning_overrides(seed) + [*extra, f"out={out}"])))}
+    return {"seed": seed, **summarize(run(load_config(None, learning_overrides(seed) + [f"out={out}"])))}
 
 
 def mean(xs) -> float:
@@ -82,7 +86,8 @@ def mean(xs) -> float:
 
 @pytest.mark.slow
 def test_tiny_preset_improves_held_out_accuracy(tmp_path: Path):
-    workers = min(len(SEEDS), 2, len(os.sched_getaffinity(0)))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(len(SEEDS), 2, cpus)  # one torch thread each
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         runs = list(pool.map(learning_run, SEEDS, [str(tmp_path / f"seed{s}") for s in SEEDS]))
     for r in runs:
