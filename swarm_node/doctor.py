@@ -88,7 +88,23 @@ def _load_config(config_path, model, peers, run_id):
     from swarm_node.config import load_config
 
     flags = {"model.name": model, "swarm.peers": list(peers) if peers else None, "swarm.run_id": run_id}
-    return load_config(config_path, [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None])
+    cfg = load_config(config_path, [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None])
+    return _with_defaults(cfg)
+
+
+def _with_defaults(cfg):
+    """The config as the node would resolve it (defaults.py); the task's own values need its data,
+    so without it the generic ones stand in (the task-data check reports the problem)."""
+    from swarm_node.defaults import resolve, resolve_model_defaults
+    from swarm_node.tasks import load_task
+
+    try:
+        return resolve(cfg, load_task(cfg.task.name, cfg.task.data, **cfg.task.options))[0]
+    except Exception:  # the task check says why; the other checks still run
+        cfg = resolve_model_defaults(cfg)[0]
+        rollout = dataclasses.replace(cfg.rollout, max_new_tokens=cfg.rollout.max_new_tokens or 256)
+        task = dataclasses.replace(cfg.task, eval_limit=200 if cfg.task.eval_limit is None else cfg.task.eval_limit)
+        return dataclasses.replace(cfg, rollout=rollout, task=task)
 
 
 # ---------------------------------------------------------------------------------------------------
