@@ -14,7 +14,8 @@ import time
 from swarm_node.config import SwarmConfig
 from swarm_node.net import PeerInfo
 
-LIGHT_CLIENT_MODEL = "swarm-node-peers"  # how the light client names itself in its own record
+LIGHT_CLIENT_MODEL = "swarm-node-peers"  # how the light client names itself in its own announcement
+NO_TOKENIZER = "sha256:" + "0" * 64  # a well-formed fingerprint that no tokenizer has (it trains on nothing)
 
 
 def describe(info: PeerInfo, now: float) -> dict:
@@ -28,7 +29,7 @@ def list_peers(cfg: SwarmConfig, wait_s: float, poll_s: float = 1.0) -> list[dic
     """The peers seen within `wait_s` seconds (returns early once the set has been stable for a few polls)."""
     from swarm_node.net.hivemind import HivemindTransport
 
-    transport = HivemindTransport(cfg, LIGHT_CLIENT_MODEL, "-")
+    transport = HivemindTransport(cfg, LIGHT_CLIENT_MODEL, NO_TOKENIZER)
     transport.start()
     try:
         seen: dict[str, PeerInfo] = {}
