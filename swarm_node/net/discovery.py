@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 import time
 
@@ -22,7 +21,6 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
-import msgpack
 
 from swarm_node.net import PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshDriver, OldVersion, send_announcement, serve_announcement
@@ -43,17 +41,8 @@ MAX_CONCURRENT_ANNOUNCES = 64  # announcement streams served at once (one per pe
 def check_member_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
     """Checks of a v2 membership record value (signature stripped): schema, peer id bound to the
     owner key, expiry bound. None if valid, else the reason. Cheap: no signature check here."""
-    if len(value) > MAX_MEMBER_BYTES:
-        return "record too large"
-    try:
-        member = parse_member_record(msgpack.unpackb(value, raw=False, strict_map_key=True))
-    except (RecordError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
-        return f"schema: {e}"
-    if member.peer_id != owner_peer_id(owner_ssh_key):
-        return "peer_id is not the owner key's libp2p peer id"
-    if not math.isfinite(expiration_time) or expiration_time > time.time() + MAX_MEMBER_TTL_S:
-        return "expiration must be finite and at most MAX_MEMBER_TTL_S ahead"
-    return None
+    return check_record_value(owner_ssh_key, value, expiration_time, parse=parse_member_record,
+                              max_bytes=MAX_MEMBER_BYTES, max_ttl_s=MAX_MEMBER_TTL_S, ttl_name="MAX_MEMBER_TTL_S")
 
 
 class RecordValidator(RecordValidatorBase):

@@ -107,19 +107,22 @@ def owner_peer_id(ssh_key: bytes) -> str | None:
     return _owner_peer_ids[ssh_key]
 
 
-def check_record_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
-    """Checks of a signature-verified record value: schema, peer id bound to the owner key, expiry
-    bound. None if valid, else the reason. (Only monotone time checks: a valid record stays valid.)"""
-    if len(value) > MAX_RECORD_BYTES:
+def check_record_value(owner_ssh_key: bytes, value: bytes, expiration_time: float, *, parse=parse_record,
+                       max_bytes: int = MAX_RECORD_BYTES, max_ttl_s: float = MAX_RECORD_TTL_S,
+                       ttl_name: str = "MAX_RECORD_TTL_S") -> str | None:
+    """Checks of a signature-verified record value: schema (`parse`), peer id bound to the owner key,
+    expiry bound. None if valid, else the reason. (Only monotone time checks: a valid record stays
+    valid.) v1 peer records by default; discovery.py passes the v2 membership record's schema."""
+    if len(value) > max_bytes:
         return "record too large"
     try:
-        info = parse_record(msgpack.unpackb(value, raw=False, strict_map_key=True))
+        info = parse(msgpack.unpackb(value, raw=False, strict_map_key=True))
     except (RecordError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
         return f"schema: {e}"
     if info.peer_id != owner_peer_id(owner_ssh_key):
         return "peer_id is not the owner key's libp2p peer id"
-    if not math.isfinite(expiration_time) or expiration_time > time.time() + MAX_RECORD_TTL_S:
-        return "expiration must be finite and at most MAX_RECORD_TTL_S ahead"  # NaN would never expire
+    if not math.isfinite(expiration_time) or expiration_time > time.time() + max_ttl_s:
+        return f"expiration must be finite and at most {ttl_name} ahead"  # NaN would never expire
     return None
 
 
