@@ -1,0 +1,197 @@
+"""A small internet inside Linux network namespaces, for tests and benchmarks that cross real networks.
+
+    with Internet("sn1") as net:            # a bridge namespace: the "internet", 203.0.113.0/24 (TEST-NET-3)
+        relay = net.host("relay")           # a public host on it: 203.0.113.10
+        a = net.nat_host("a")               # a host at 10.1.0.2 behind its own masquerading NAT router
+        net.shape(a, delay_ms=80, jitter_ms=20, loss_pct=1)   # tc netem on the host's link
+        net.partition([relay], [a])         # nftables drops between the two sides; net.heal() undoes it
+        subprocess.Popen(a.cmd(["python", ...]))   # `ip netns exec` + the command
+
+Everything lives in namespaces named `<prefix>-*` that `close()` (or leaving the `with`) deletes,
+killing what still runs inside them, so a failed test leaves nothing behind. Needs root (or
+CAP_NET_ADMIN), iproute2 and nftables; `unavailable()` says why not, for a clear skip.
+Addresses: public hosts 203.0.113.10.., NAT routers' WAN 203.0.113.100.., NAT LAN k: 10.k.0.0/24.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+
+PUBLIC_NET = "203.0.113"  # TEST-NET-3: never routed on the real internet
+
+
+def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(list(args), capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
+    return out
+
+
+def unavailable() -> str | None:
+    """Why namespaces cannot be used here (None: they can): tries one namespace with nftables in it."""
+    for tool in ("ip", "nft", "tc"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed (iproute2 / nftables from the distribution's packages)"
+    name = f"snprobe{os.getpid() % 100000}"
+    try:
+        _sh("ip", "netns", "add", name)
+    except RuntimeError as e:
+        return f"cannot create a network namespace: {e}"
+    try:
+        _sh("ip", "netns", "exec", name, "nft", "add", "table", "ip", "probe")
+    except RuntimeError as e:
+        return f"cannot use nftables in a namespace: {e}"
+    finally:
+        _sh("ip", "netns", "del", name, check=False)
+    return None
+
+
+@dataclass
+class Host:
+    ns: str  # namespace name
+    ip: str  # this host's own address (private for a NATed host)
+    link: str  # the host-side interface shaped by `Internet.shape`
+    public_ip: str  # the address others see: its own, or its NAT router's WAN address
+    router: str | None = None  # the NAT router's namespace, if any
+    dropped: set[str] = field(default_factory=set)  # addresses a partition currently drops
+
+    def cmd(self, argv: list[str]) -> list[str]:
+        """`argv` run inside this host's namespace."""
+        return ["ip", "netns", "exec", self.ns, *argv]
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return _sh(*self.cmd(list(argv)), check=check)
+
+
+class Internet:
+    """A bridge namespace plus hosts attached to it (public, or behind a masquerading NAT)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.namespaces: list[str] = []
+        self.hosts: list[Host] = []
+        self._public = self._nat = 0
+        self.bridge_ns = self._namespace("inet")
+        _sh("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")
+
+    # ---- building -------------------------------------------------------------------------------
+    def _namespace(self, name: str) -> str:
+        ns = f"{self.prefix}-{name}"
+        _sh("ip", "netns", "add", ns)
+        self.namespaces.append(ns)
+        _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        return ns
+
+    def _wire(self, ns: str, ifname: str, peer_ns: str, peer_ifname: str) -> None:
+        """A veth pair between two namespaces (temporary names avoid clashes in the root namespace)."""
+        tmp_a, tmp_b = f"v{os.getpid() % 10000}{len(self.namespaces)}a", f"v{os.getpid() % 10000}{len(self.namespaces)}b"
+        _sh("ip", "link", "add", tmp_a, "type", "veth", "peer", "name", tmp_b)
+        _sh("ip", "link", "set", tmp_a, "netns", ns, "name", ifname)
+        _sh("ip", "link", "set", tmp_b, "netns", peer_ns, "name", peer_ifname)
+        _sh("ip", "-n", ns, "link", "set", ifname, "up")
+        _sh("ip", "-n", peer_ns, "link", "set", peer_ifname, "up")
+
+    def _attach(self, ns: str, ip: str, tag: str) -> str:
+        """Connect `ns` to the bridge with address `ip`/24; returns its interface name there."""
+        port = f"p-{tag}"[:15]
+        self._wire(ns, "wan0", self.bridge_ns, port)
+        _sh("ip", "-n", self.bridge_ns, "link", "set", port, "master", "br0")
+        _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "wan0")
+        return "wan0"
+
+    def host(self, name: str) -> Host:
+        """A host with a public address on the internet."""
+        ns = self._namespace(name)
+        ip = f"{PUBLIC_NET}.{10 + self._public}"
+        self._public += 1
+        host = Host(ns, ip, self._attach(ns, ip, name), ip)
+        self.hosts.append(host)
+        return host
+
+    def nat_host(self, name: str) -> Host:
+        """A host at 10.k.0.2 behind its own router namespace that masquerades to the internet and
+        forwards nothing inward (a home router with no port forwarding)."""
+        self._nat += 1
+        k = self._nat
+        router = self._namespace(f"{name}-nat")
+        wan_ip = f"{PUBLIC_NET}.{100 + k}"
+        self._attach(router, wan_ip, f"{name}-nat")
+        ns = self._namespace(name)
+        self._wire(router, "lan0", ns, "eth0")
+        _sh("ip", "-n", router, "addr", "add", f"10.{k}.0.1/24", "dev", "lan0")
+        _sh("ip", "-n", ns, "addr", "add", f"10.{k}.0.2/24", "dev", "eth0")
+        _sh("ip", "-n", ns, "route", "add", "default", "via", f"10.{k}.0.1")
+        _sh("ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        rules = (f"table ip nat {{\n chain post {{\n type nat hook postrouting priority 100\n"
+                 f" oifname \"wan0\" ip saddr 10.{k}.0.0/24 masquerade\n }}\n}}\n"
+                 # inbound: only replies to connections made from inside (no port forwarding)
+                 "table ip filter {\n chain forward_in {\n type filter hook forward priority 0; policy drop\n"
+                 " ct state established,related accept\n iifname \"lan0\" accept\n }\n}\n")
+        subprocess.run(["ip", "netns", "exec", router, "nft", "-f", "-"], input=rules, text=True, check=True)
+        host = Host(ns, f"10.{k}.0.2", "eth0", wan_ip, router)
+        self.hosts.append(host)
+        return host
+
+    # ---- faults -------------------------------------------------------------------------------------
+    def shape(self, host: Host, delay_ms: float = 0, jitter_ms: float = 0, loss_pct: float = 0,
+              rate_kbit: int | None = None) -> None:
+        """tc netem on the host's outgoing link (replaces any earlier shaping)."""
+        argv = ["tc", "qdisc", "replace", "dev", host.link, "root", "netem"]
+        if delay_ms:
+            argv += ["delay", f"{delay_ms}ms"] + ([f"{jitter_ms}ms"] if jitter_ms else [])
+        if loss_pct:
+            argv += ["loss", f"{loss_pct}%"]
+        if rate_kbit:
+            argv += ["rate", f"{rate_kbit}kbit"]
+        host.run(*argv)
+
+    def partition(self, *sides: list[Host]) -> None:
+        """Drop every packet between hosts of different sides (both directions), until `heal`."""
+        self.heal()
+        for side in sides:
+            others = {h.public_ip for s in sides if s is not side for h in s} | \
+                     {h.ip for s in sides if s is not side for h in s}
+            for h in side:
+                addrs = ", ".join(sorted(others))
+                rules = (f"table inet part {{\n chain out {{\n type filter hook output priority 0\n"
+                         f" ip daddr {{ {addrs} }} drop\n }}\n chain in {{\n type filter hook input priority 0\n"
+                         f" ip saddr {{ {addrs} }} drop\n }}\n}}\n")
+                subprocess.run(h.cmd(["nft", "-f", "-"]), input=rules, text=True, check=True)
+                h.dropped = others
+
+    def heal(self) -> None:
+        for h in self.hosts:
+            if h.dropped:
+                h.run("nft", "delete", "table", "inet", "part", check=False)
+                h.dropped = set()
+
+    # ---- teardown -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Kill what runs in our namespaces, then delete them."""
+        for ns in self.namespaces:
+            pids = _sh("ip", "netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for ns in reversed(self.namespaces):
+            _sh("ip", "netns", "del", ns, check=False)
+        self.namespaces.clear()
+
+    def __enter__(self) -> Internet:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def leftover_namespaces(prefix: str) -> list[str]:
+    """Namespaces named `<prefix>-*` that still exist."""
+    return [line.split()[0] for line in _sh("ip", "netns", "list").stdout.splitlines()
+            if line.startswith(f"{prefix}-")]
