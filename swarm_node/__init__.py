@@ -10,7 +10,8 @@ data flow of one round and the seams):
     tasks/          arith (built-in), gsm8k, math500: examples, prompts, binary rewards
     rollout.py      prompts -> groups of G completions (tokens, generator log-probs, rewards) -> buffer
     codec.py        Packet <-> canonical msgpack bytes, strict validation (protocol/SPEC.md)
-    net/            Transport protocol; hivemind DHT records + libp2p stream fetch; in-memory transport
+    net/            Transport protocol; push discovery + libp2p stream fetch over hivemind's daemon;
+                    reach.py: dial-back check and relays for nodes behind NAT; in-memory transport
     exchange.py     offer our packet's bytes, collect peers' over a Transport, count (no model, no task)
     admit.py        validate a peer's packet, recompute its rewards (holds task and tokenizer)
     loss.py         the F-TIS family as pure functions (nois/vis/tis, filtered or not)
@@ -21,7 +22,8 @@ data flow of one round and the seams):
     checkpoint.py   atomic save / resume;  fsutil.py: atomic file writes;  status.py: OUT/status.json
     node.py         the round loop: generate -> offer -> collect + admit -> combine -> train -> sync
                     -> evaluate -> log -> checkpoint
-    cli.py          `swarm-node train | join | eval | config | demo | plot | protocol`
+    cli.py          `swarm-node train | join | relay | peers | doctor | eval | config | demo | plot | protocol`
+                    (relaynode.py: a model-less bootstrap + relay node; peerlist.py: the light client)
                     (protocol_cli.py, packet_json.py: the protocol tools)
     demo/           the local demo swarm, live view, plots (off the training path)
 """

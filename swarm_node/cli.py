@@ -44,6 +44,10 @@ LossOpt = Annotated[Optional[str], _opt("loss.variant")]
 LoraOpt = Annotated[Optional[int], _opt("model.lora_r")]
 SamplerOpt = Annotated[Optional[str], _opt("model.sampler")]
 ReportOpt = Annotated[Optional[list[str]], _opt("report_to", "--report-to")]
+PortOpt = Annotated[Optional[int], _opt("swarm.port")]
+PublicIpOpt = Annotated[Optional[str], _opt("swarm.public_ip")]
+RelayOpt = Annotated[Optional[bool], _opt("swarm.relay", "--relay/--no-relay")]
+ReachOpt = Annotated[Optional[str], _opt("swarm.reachability")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override any config key: section.key=value "
                                                                     "(`swarm-node config` lists them).")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
@@ -117,6 +121,8 @@ def join(model: ModelOpt = None,
          announce_maddrs: Annotated[Optional[list[str]], _opt("swarm.announce_maddrs")] = None,
          run_id: Annotated[Optional[str], _opt("swarm.run_id")] = None,
          mode: Annotated[Optional[str], _opt("swarm.mode")] = None,
+         port: PortOpt = None, public_ip: PublicIpOpt = None, relay: RelayOpt = None,
+         reachability: ReachOpt = None,
          rounds: RoundsOpt = None, out: OutOpt = None, resume: ResumeOpt = False, loss: LossOpt = None,
          lora_r: LoraOpt = None, sampler: SamplerOpt = None, report_to: ReportOpt = None, set_: SetOpt = None,
          verbose: VerboseOpt = False):
@@ -126,12 +132,33 @@ def join(model: ModelOpt = None,
                                     "out": out, "loss.variant": loss, "model.lora_r": lora_r, "model.sampler": sampler,
                                     "report_to": report_to, "swarm.peers": peers, "swarm.identity": identity, "swarm.host_maddrs": host_maddrs,
                                     "swarm.announce_maddrs": announce_maddrs, "swarm.run_id": run_id,
-                                    "swarm.mode": mode}, set_)
+                                    "swarm.mode": mode, "swarm.port": port, "swarm.public_ip": public_ip,
+                                    "swarm.relay": relay, "swarm.reachability": reachability}, set_)
         setup_logging(cfg.out, verbose)
         from swarm_node.net.hivemind import HivemindTransport
         from swarm_node.node import run
 
         run(cfg, resume=resume, connect=lambda model_id, tokenizer: HivemindTransport(cfg.swarm, model_id, tokenizer))
+
+
+@app.command()
+def relay(peers: Annotated[Optional[list[str]], _opt("swarm.peers")] = None,
+          run_id: Annotated[Optional[str], _opt("swarm.run_id")] = None,
+          identity: Annotated[Optional[str], _opt("swarm.identity")] = None,
+          port: PortOpt = None, public_ip: PublicIpOpt = None, out: OutOpt = None,
+          seconds: Annotated[Optional[float], typer.Option(help="Stop after this many seconds (default: run until Ctrl-C).")] = None,
+          set_: SetOpt = None, verbose: VerboseOpt = False):
+    """Run a bootstrap and relay node without a model: a reachable machine that NATed volunteers join through."""
+    with user_errors():
+        cfg = build_config(None, {"swarm.peers": peers, "swarm.run_id": run_id, "swarm.identity": identity,
+                                  "swarm.port": port, "swarm.public_ip": public_ip, "out": out}, set_)
+        if cfg.swarm.reachability == "auto" and not cfg.swarm.peers:
+            cfg.swarm.reachability = "public"  # a relay is reachable by definition; nobody to ask anyway
+        setup_logging(cfg.out if out else None, verbose)
+        from swarm_node.relaynode import run_relay
+        from swarm_node.status import StatusFile
+
+        run_relay(cfg.swarm, seconds, StatusFile(cfg.out, "relay", 0) if out else None)
 
 
 @app.command("eval")

@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import ipaddress
 import textwrap
 import typing
 from dataclasses import dataclass, field
@@ -255,8 +256,16 @@ class SwarmConfig:
     """Longest wait for the libp2p daemon and DHT to start."""
     discovery: str = "push"
     """How peers find each other's packets: push (v2: neighbors push offers) | dht-key (v1, for benchmarks only)."""
-    nat_traversal: bool = False
-    """libp2p UPnP/NAT-PMP port mapping, AutoNAT and circuit-relay client (probes the LAN; for home-NAT users)."""
+    port: int = 0
+    """TCP port to listen on (0: any free port); forward it on your router to be reachable from outside."""
+    public_ip: str | None = None
+    """This node's public IP, when peers can reach --port on it (port-forward, server): announced, serves as relay."""
+    reachability: str = "auto"
+    """auto: ask a peer to dial back at start-up | public | private (behind NAT: serve through a relay)."""
+    relay: bool = True
+    """Circuit relays: reserve a slot at a relay when unreachable, dial relayed peers, relay for others."""
+    relays: list[str] = field(default_factory=list)
+    """Multiaddrs of relays to reserve at when unreachable (default: the --peers)."""
 
     def __post_init__(self):
         _check(self.discovery in ("push", "dht-key"), f"swarm.discovery must be push|dht-key, got {self.discovery!r}")
@@ -276,6 +285,15 @@ class SwarmConfig:
         _check(1 <= self.max_offers <= 16, "swarm.max_offers must be in 1..16 (records list at most 16 offers)")
         _check(self.max_peer_packets >= 1 and self.max_peer_bytes >= 1, "swarm.max_peer_packets/max_peer_bytes must be >= 1")
         _check(self.bootstrap_retry_s > 0 and self.start_timeout_s > 0, "swarm.bootstrap_retry_s/start_timeout_s must be > 0")
+        _check(0 <= self.port < 65536, f"swarm.port must be in 0..65535, got {self.port}")
+        _check(self.reachability in ("auto", "public", "private"),
+               f"swarm.reachability must be auto|public|private, got {self.reachability!r}")
+        if self.public_ip is not None:
+            try:
+                ipaddress.ip_address(self.public_ip)
+            except ValueError:
+                raise ConfigError(f"swarm.public_ip: not an IP address: {self.public_ip!r}") from None
+            _check(self.port > 0, "swarm.public_ip needs a fixed swarm.port (--port N), the port you forwarded")
 
 
 @dataclass

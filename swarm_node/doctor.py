@@ -17,7 +17,6 @@ the run's peers see it in their peer lists (model id `swarm-node-doctor`, servin
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import os
 import platform
@@ -36,10 +35,9 @@ from swarm_node.errors import SwarmNodeError
 from swarm_node.models import (ModelDims, estimate_for_config, fit_memory, fmt_bytes, hub_reachable, looks_like_path,
                                model_load_error, resolve_model_name, trainable_params)
 
-__all__ = ["Check", "run_checks", "render", "doctor_command", "NO_GPU", "NOT_MEASURED"]
+__all__ = ["Check", "run_checks", "render", "doctor_command", "NO_GPU"]
 
 NO_GPU = "no GPU"
-NOT_MEASURED = "reachability check not implemented yet (see the transport issue)"
 ON_HUB = "on the hub (downloaded on first use)"
 DEFAULT_PROMPT_TOKENS = 256  # prompt length assumed by the memory estimate for hub models
 
@@ -256,7 +254,7 @@ def _network_checks(cfg, peer_wait_s: float) -> list[Check]:
         up = f"p2pd started in {time.monotonic() - start:.1f} s, run {cfg.swarm.run_id!r}"
         checks = [Check("libp2p", "ok", up)]
         checks.append(peer_check or _peers_check(transport, swarm_cfg.peers, cfg.swarm.run_id, peer_wait_s))
-        checks += _address_checks(transport.join_addrs())
+        checks += [_listen_check(transport.join_addrs()), _reach_check(transport.reachability.line)]
     finally:
         transport.close()
     return checks
@@ -285,27 +283,19 @@ def _peers_check(transport, peers: list[str], run_id: str, wait_s: float) -> Che
                  "port is reachable from here (firewall, NAT); one answering peer is enough to join")
 
 
-def _address_kind(maddr: str) -> str:
-    parts = maddr.split("/")
-    try:
-        ip = ipaddress.ip_address(parts[2]) if len(parts) > 2 and parts[1] in ("ip4", "ip6") else None
-    except ValueError:
-        return "other"
-    if ip is None:
-        return "other"
-    return "loopback" if ip.is_loopback else "private" if (ip.is_private or ip.is_link_local) else "public"
+def _listen_check(addrs: list[str]) -> Check:
+    return Check("listen address", "ok" if addrs else "fail",
+                 (addrs[0] + (f" (+{len(addrs) - 1} more)" if len(addrs) > 1 else "")) if addrs else "none",
+                 "" if addrs else "set swarm.host_maddrs, e.g. /ip4/0.0.0.0/tcp/31337")
 
 
-def _address_checks(addrs: list[str]) -> list[Check]:
-    kinds = sorted({_address_kind(a) for a in addrs})
-    listen = Check("listen address", "ok" if addrs else "fail",
-                   (addrs[0] + (f" (+{len(addrs) - 1} more)" if len(addrs) > 1 else "")) if addrs else "none",
-                   "" if addrs else "set swarm.host_maddrs, e.g. /ip4/0.0.0.0/tcp/31337")
-    remedy = ("" if "public" in kinds else "to be reachable from other networks, forward a TCP port and pass "
-              "--host-maddrs /ip4/0.0.0.0/tcp/PORT --announce-maddrs /ip4/PUBLIC_IP/tcp/PORT")
-    reach = Check("reachable from outside", "warn", f"{NOT_MEASURED}; announced addresses are {', '.join(kinds)}",
-                  remedy)
-    return [listen, reach]
+def _reach_check(line: str) -> Check:
+    """The transport's start-up reachability line (a peer dialled us back, or we serve through a relay)."""
+    if line.startswith("reachable") or line.startswith("behind NAT"):
+        return Check("reachable from outside", "ok", line)
+    if line.startswith("unreachable"):
+        return Check("reachable from outside", "fail", line)  # the line names the remedy
+    return Check("reachable from outside", "warn", line, "pass --peers: a peer checks by dialling back")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -112,7 +112,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
         transport = connect(policy.model_id, fingerprint)
         parts.exchange = Exchange(transport, cfg.swarm, policy.model_id, fingerprint)
         transport.start()
-        status.update(peer_id=transport.peer_id, join_addrs=transport.join_addrs())
+        reach = getattr(transport, "reachability", None)
+        status.update(peer_id=transport.peer_id, join_addrs=transport.join_addrs(), reachability=reach and reach.line)
         log.info("peer id %s; others join this swarm with --peers %s", transport.peer_id,
                  (status.status.join_addrs or ["?"])[0])
         expect = Expectations(run_id=cfg.swarm.run_id, tokenizer=fingerprint, staleness=cfg.swarm.staleness,

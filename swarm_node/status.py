@@ -8,7 +8,8 @@ read this file instead of parsing log lines. Fields (all present, `null` until k
     pid             the node's process id
     state           starting | warmstart | running | finished | stopped (Ctrl-C) | failed
     peer_id         libp2p peer id (swarm nodes), null when training alone
-    join_addrs      full multiaddrs others can pass to `--peers`, non-loopback first
+    join_addrs      full multiaddrs others can pass to `--peers`, relayed first, loopback last
+    reachability    the start-up reachability line ("reachable at ...", "behind NAT: serving through relay ...")
     round           last finished round (-1 before round 0 finished)
     rounds          last round of the run (config train.rounds)
     policy_version  optimizer steps taken
@@ -42,6 +43,7 @@ class Status:
     state: str = "starting"
     peer_id: str | None = None
     join_addrs: list[str] = field(default_factory=list)
+    reachability: str | None = None
     round: int = -1
     policy_version: int = 0
     model: str | None = None

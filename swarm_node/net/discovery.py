@@ -266,7 +266,7 @@ class PushDiscovery:
                     raise OldVersion(peer) from None
                 if not addrs:
                     raise
-                await dial(self.p2p, pid, Multiaddr(addrs[0]))
+                await dial(self.p2p, pid, [Multiaddr(a) for a in addrs])
                 info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOL)
             try:
                 if info.peer_id != pid:

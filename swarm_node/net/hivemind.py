@@ -46,13 +46,17 @@ from swarm_node.net.discovery import (
     DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator, parse_initial_peers,
 )
 from swarm_node.net.hivemind_internals import (
-    cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping, wrap_rsa_key,
+    StaticRelayP2P, cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping, wrap_rsa_key,
 )
 from swarm_node.net.fetch import ERROR, MISMATCH, OVERSIZE, TIMEOUT, Offers, PacketServer, raise_fd_limit, request_packet
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
+from swarm_node.net.reach import (
+    DIALBACK_PROTOCOL, DIALBACK_TIMEOUT_S, DialbackServer, Reachability, announce_order, ask_dialback, p2p_options,
+    status_line, tcp_ports, verdict, with_port,
+)
 from swarm_node.net.records import (
-    FETCH_PROTOCOL, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
+    FETCH_PROTOCOL, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
     STATUS_NOT_FOUND, is_digest, make_record,
 )
 
@@ -81,10 +85,6 @@ FAILURE_STATS = {TIMEOUT: "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found",
 
 
 # ---- the transport ------------------------------------------------------------------------------------
-def _is_loopback(maddr: str) -> bool:
-    return maddr.startswith("/ip4/127.") or maddr.startswith("/ip6/::1/")
-
-
 class HivemindTransport:
     """The libp2p `Transport`, configured by `SwarmConfig` (peers, identity, addresses, limits).
 
@@ -125,6 +125,8 @@ class HivemindTransport:
         self._p2pd_pid: int | None = None
         self._peer_id: str | None = None
         self._started = self._closed = False
+        self._dialback_server = DialbackServer()
+        self.reachability = Reachability("unknown", "not started", [])
         self._state_lock = threading.Lock()  # guards _started / _closed only
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -154,41 +156,100 @@ class HivemindTransport:
         logger.info("swarm transport up: peer id %s, run %r, discovery %s, listening on %s",
                     self._peer_id, self.cfg.run_id, self.discovery, " ".join(self.join_addrs()))
 
-    async def _create_p2p(self, identity: bytes) -> P2P:
-        nat = bool(self.cfg.nat_traversal)
+    async def _create_p2p(self, identity: bytes, mode: str) -> P2P:
+        """Start p2pd as a `mode` (public | private) node (reach.p2p_options)."""
+        cfg = self.cfg
+        options = p2p_options(mode, cfg.relay, list(cfg.relays) or list(cfg.peers),
+                              cfg.public_ip, cfg.port)
         tmpdir = tempfile.mkdtemp(prefix="swarm-node-")
         try:  # p2pd reads the key from a file; give it our key so the peer id matches the record key
             id_file = os.path.join(tmpdir, "identity.key")
             with open(os.open(id_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
                 f.write(identity)
-            return await P2P.create(
-                host_maddrs=list(self.cfg.host_maddrs), announce_maddrs=list(self.cfg.announce_maddrs) or None,
-                identity_path=id_file, check_if_identity_free=False, nat_port_map=nat, auto_nat=nat,
-                use_relay=nat, startup_timeout=self.cfg.start_timeout_s)
+            return await StaticRelayP2P.create(
+                host_maddrs=with_port(list(cfg.host_maddrs), cfg.port),
+                announce_maddrs=list(cfg.announce_maddrs) or options.pop("announce_maddrs", None),
+                identity_path=id_file, check_if_identity_free=False, startup_timeout=cfg.start_timeout_s, **options)
         except Exception as e:
             if "failed to start in" in str(e):
-                raise SwarmError(f"the libp2p daemon (p2pd) did not start within {self.cfg.start_timeout_s:g} s; on a "
+                raise SwarmError(f"the libp2p daemon (p2pd) did not start within {cfg.start_timeout_s:g} s; on a "
                                  "slow or busy machine raise it, e.g. --set swarm.start_timeout_s=120") from None
             raise
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
 
+    async def _start_reachable(self, identity: bytes) -> None:
+        """Start p2pd, find out whether peers can dial us, and if not (and relays are on) restart it
+        as a private node that serves through a relay. Sets `self.reachability`."""
+        cfg = self.cfg
+        mode = "public" if cfg.reachability == "auto" else cfg.reachability
+        self._p2p = await self._create_p2p(identity, mode)
+        reach, how = None, None
+        if cfg.reachability == "auto" and self._initial:
+            reach, how = await self._dialback()
+            if reach is False and cfg.relay and (cfg.relays or self._initial):
+                await self._p2p.shutdown()
+                mode, self._p2p = "private", await self._create_p2p(identity, "private")
+        if mode == "private":
+            await self._wait_for_circuit()
+        addrs = await self._visible_addrs()
+        self.reachability = Reachability(mode if reach is not None or mode == "private" else "unknown",
+                                         status_line(reach, how, addrs, cfg.relay, cfg.port), addrs)
+        logger.log(logging.WARNING if reach is False and mode != "private" else logging.INFO, "%s", self.reachability.line)
+
+    async def _dialback(self) -> tuple[bool | None, str | None]:
+        """Ask the initial peers (in parallel) to dial our listen ports back."""
+        ports = tcp_ports([str(m) for m in await self._p2p.get_visible_maddrs()])
+
+        async def ask(pid: PeerID, maddr: Multiaddr) -> dict:
+            try:
+                await asyncio.wait_for(dial(self._p2p, pid, maddr), CONNECT_TIMEOUT_S)
+                _, reader, writer = await open_stream(self._p2p, pid, DIALBACK_PROTOCOL)
+                try:
+                    return await asyncio.wait_for(ask_dialback(reader, writer, ports), DIALBACK_TIMEOUT_S)
+                finally:
+                    writer.close()
+            except Exception as e:
+                logger.debug("dial-back via %s failed: %r", maddr, e)
+                return {}
+
+        answers = await asyncio.gather(*(ask(p, m) for p, m in self._initial[:3] if str(p) != self._peer_id))
+        return verdict(list(answers), ports)
+
+    async def _wait_for_circuit(self, timeout: float = 20.0) -> None:
+        """Wait until p2pd holds a relay reservation (a /p2p-circuit address), at most `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any("/p2p-circuit" in a for a in await self._visible_addrs()):
+                return
+            await asyncio.sleep(0.25)
+        logger.warning("no relay reservation within %.0f s: peers that cannot reach us directly cannot fetch "
+                       "from us until one succeeds", timeout)
+
+    async def _visible_addrs(self) -> list[str]:
+        """Our transport addresses (without /p2p/<us>), relayed ones first, loopback last."""
+        own = Multiaddr(f"/p2p/{self._peer_id}")
+        return announce_order([str(m.decapsulate(own)) for m in await self._p2p.get_visible_maddrs(latest=True)])
+
     async def _astart(self, key: RSAPrivateKey, identity: bytes) -> None:
-        self._p2p = await self._create_p2p(identity)
+        await self._start_reachable(identity)
         self._p2pd_pid = p2pd_pid(self._p2p)
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
         self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats)
         await self._p2p.add_binary_stream_handler(
             FETCH_PROTOCOL, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
-        self._addrs = sorted((str(m.decapsulate(Multiaddr(f"/p2p/{self._peer_id}")))
-                              for m in await self._p2p.get_visible_maddrs()), key=_is_loopback)  # announced: 4 at most
+        await self._p2p.add_binary_stream_handler(
+            DIALBACK_PROTOCOL, lambda info, reader, writer: self._dialback_server.handle(
+                str(info.peer_id), str(info.addr), reader, writer))
+        self._addrs = self.reachability.addrs[:MAX_ADDRS]
         if self.discovery == "push":
             await self._astart_push(key)
         else:
             validator = RecordValidator(key, self.cfg.run_id, self._stats)
             self._dht = await DHTNode.create(p2p=self._p2p, record_validator=validator,
-                                             wait_timeout=DHT_RPC_TIMEOUT_S, num_workers=2)
+                                             wait_timeout=DHT_RPC_TIMEOUT_S, num_workers=2,
+                                             client_mode=self.reachability.mode == "private")
             self._directory = PeerDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self._stats)
         if self._initial and not await self._bootstrap_once():
             self._alone_since = time.monotonic()
@@ -208,7 +269,7 @@ class HivemindTransport:
         so a holder serves only what it stores), and the announcement mesh on top."""
         validator = RecordValidator.members(key, self.cfg.run_id, self._stats)
         self._dht = await DHTNode.create(p2p=self._p2p, record_validator=validator, wait_timeout=DHT_RPC_TIMEOUT_S,
-                                         num_workers=2, cache_locally=False, cache_nearest=0, cache_on_store=False)
+                                         num_workers=2, client_mode=self.reachability.mode == "private", cache_locally=False, cache_nearest=0, cache_on_store=False)
         cap_dictionary_values(self._dht, MAX_BUCKET_ENTRIES)
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
@@ -292,10 +353,10 @@ class HivemindTransport:
         return self._peer_id
 
     def join_addrs(self) -> list[str]:
-        """Full multiaddrs (with /p2p/<peer id>) others can bootstrap from; non-loopback ones first."""
+        """Full multiaddrs (with /p2p/<peer id>) others can bootstrap from: relayed first, loopback last."""
         async def get():
             return [str(m) for m in await self._p2p.get_visible_maddrs(latest=True)]
-        return sorted(self._run(get(), 10), key=_is_loopback)
+        return announce_order(self._run(get(), 10))
 
     def offer(self, round: int, policy_version: int, data: bytes) -> str:
         """Serve `data`, keeping the newest `max_offers` packets, and publish our record; its digest."""

@@ -32,10 +32,24 @@ def p2pd_pid(p2p: P2P) -> int | None:
     return p2p._child.pid if p2p._child is not None else None
 
 
-async def dial(p2p: P2P, pid: PeerID, maddr: Multiaddr) -> None:
-    """Connect to a peer at a known address (private `P2P._client`). P2P.create(initial_peers=...)
-    would make p2pd exit when those peers are down, so bootstrap peers are dialled here."""
-    await p2p._client.connect(pid, [maddr])
+async def dial(p2p: P2P, pid: PeerID, maddrs: Multiaddr | list[Multiaddr]) -> None:
+    """Connect to a peer at known addresses, tried by p2pd in turn (private `P2P._client`).
+    P2P.create(initial_peers=...) would make p2pd exit when those peers are down, so bootstrap
+    peers are dialled here."""
+    await p2p._client.connect(pid, maddrs if isinstance(maddrs, list) else [maddrs])
+
+
+class StaticRelayP2P(P2P):
+    """`P2P` whose daemon reserves at its trusted relays at once (`-relayDiscovery=0`, private
+    `P2P._make_process_args`). hivemind leaves p2pd's relay discovery on, which feeds the trusted
+    relays through libp2p's peer-source path: that waits for 4 candidates or a 3-minute boot delay
+    before its first reservation; static relays reserve within a second."""
+
+    @staticmethod
+    def _make_process_args(*args, **kwargs) -> list[str]:
+        if kwargs.get("autoRelay"):
+            kwargs["relayDiscovery"] = False
+        return P2P._make_process_args(*args, **kwargs)
 
 
 async def ping(dht: DHTNode, pid: PeerID) -> bool:
