@@ -156,8 +156,8 @@ class TaskConfig:
 class RolloutConfig:
     group_size: int = 12
     """Completions per prompt (G); the paper uses 12."""
-    prompts_per_round: int = 2
-    """Prompts a node answers per round; 2 x 12 = the paper's batch of 24."""
+    prompts_per_round: int | None = None
+    """Prompts a node answers per round (None = 2 for real models: 2 x 12 = the paper's batch of 24; 16 for tiny presets)."""
     max_new_tokens: int | None = None
     """Longest completion, cut and marked finish_reason=length (None = the task's: arith digits+10, gsm8k 256)."""
     temperature: float = 1.0
@@ -165,7 +165,7 @@ class RolloutConfig:
 
     def __post_init__(self):
         _check(self.group_size >= 2, f"rollout.group_size must be >= 2 (advantages need a group), got {self.group_size}")
-        _check(self.prompts_per_round >= 1, "rollout.prompts_per_round must be >= 1")
+        _check(self.prompts_per_round is None or self.prompts_per_round >= 1, "rollout.prompts_per_round must be >= 1")
         _check(self.max_new_tokens is None or self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
         _check(self.temperature > 0, "rollout.temperature must be > 0 (greedy is for evaluation only)")
 
@@ -175,7 +175,7 @@ class TrainConfig:
     rounds: int = 50
     """Number of rounds (generate -> exchange -> train); the paper runs 50 iterations."""
     lr: float | None = None
-    """AdamW learning rate (None = 2e-5 for the tiny presets, 1e-6, the paper's, for real models)."""
+    """AdamW learning rate (None = 1e-6, the paper's, for real models; tiny presets: 1e-4 at >= 8 prompts per round, else 2e-5)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
@@ -224,8 +224,8 @@ class SwarmConfig:
     """Stop collecting a round's peer packets once this many peers' packets were accepted (or the deadline passed)."""
     deadline_s: float = 30.0
     """Longest wait for peer packets after generating a round."""
-    alone_wait_s: float | None = None
-    """If set, a node that started a new swarm (no --peers) waits only this long while it has never seen a peer (None = deadline_s)."""
+    alone_wait_s: float | None = 5.0
+    """A node that started a new swarm (no --peers) waits only this long per round until a first peer appears (None = deadline_s)."""
     staleness: int = 2
     """Accept peer packets from rounds r - staleness .. r + staleness; older ones are ignored and counted."""
     max_peer_groups: int = 24

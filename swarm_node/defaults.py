@@ -1,13 +1,18 @@
 """Settings chosen from the model and the task when the config leaves them open (None).
 
 A new user's first command (`swarm-node train --model tiny-s --task arith --rounds 4`) should run
-fast and learn visibly; the same defaults must stay right for a real model on GSM8K. So:
+fast and learn visibly (measured, 20 rounds, seeds 0 and 1: held-out pass@1 0.395 -> 0.570 and
+0.210 -> 0.520, ~15 s after the cached warm start); the same defaults must stay right for a real
+model on GSM8K. So:
 
     threads                  1 for tiny presets (3-4x faster than torch's default on a shared CPU)
-    train.lr                 2e-5 for the built-in tiny presets (measured: 1e-4 destroys them, 1e-5
-                             to 2e-5 improves them), 1e-6 for real models (the paper's setting)
-    train.warmstart_steps    600 for tiny presets: a random model never writes `#### <answer>`, so
-                             every GRPO group would have zero advantage; 0 for real models
+    rollout.prompts_per_round  2 for real models (2 x 12 = the paper's batch of 24); 16 for tiny
+                             presets, whose per-round signal at 24 sequences is lost in the noise
+    train.lr                 1e-6 for real models (the paper's); tiny presets: 1e-4 at >= 8 prompts
+                             per round, 2e-5 below (measured: at 2 prompts 1e-4 destroys them)
+    train.warmstart_steps    900 for tiny presets: a random model never writes `#### <answer>`, so
+                             every GRPO group would have zero advantage; 900 (not 600) steps get past
+                             the point where it starts answering correctly; 0 for real models
     rollout.max_new_tokens   the task's natural completion length (arith: digits + 10, gsm8k: 256)
     task.eval_limit          the task's evaluation size (200; math500: all 500)
 
@@ -22,8 +27,9 @@ import dataclasses
 from swarm_node.backend import PRESETS
 from swarm_node.config import NodeConfig
 
-TINY_LR, REAL_LR = 2e-5, 1e-6
-TINY_WARMSTART_STEPS = 600
+TINY_LR, TINY_SMALL_BATCH_LR, REAL_LR = 1e-4, 2e-5, 1e-6
+TINY_PROMPTS, REAL_PROMPTS = 16, 2
+TINY_WARMSTART_STEPS = 900
 
 
 def _replace(cfg: NodeConfig, section: str, **values) -> NodeConfig:
@@ -38,10 +44,18 @@ def resolve_model_defaults(cfg: NodeConfig) -> tuple[NodeConfig, list[str]]:
         cfg = dataclasses.replace(cfg, threads=1 if tiny else 0)
         chosen.append(f"threads = {cfg.threads} (" + ("a tiny preset runs fastest on one thread" if tiny
                                                         else "torch's default") + ")")
+    if cfg.rollout.prompts_per_round is None:
+        prompts = TINY_PROMPTS if tiny else REAL_PROMPTS
+        cfg = _replace(cfg, "rollout", prompts_per_round=prompts)
+        chosen.append(f"rollout.prompts_per_round = {prompts} (" + ("a tiny preset needs a larger batch to learn "
+                                                                   "visibly" if tiny else "the paper's batch of 24") + ")")
     if cfg.train.lr is None:
-        lr = TINY_LR if tiny else REAL_LR
+        big_batch = cfg.rollout.prompts_per_round >= 8
+        lr = (TINY_LR if big_batch else TINY_SMALL_BATCH_LR) if tiny else REAL_LR
         cfg = _replace(cfg, "train", lr=lr)
-        chosen.append(f"train.lr = {lr:g} ({'a tiny preset' if tiny else 'the paper setting for real models'})")
+        why = (f"a tiny preset at {cfg.rollout.prompts_per_round} prompts per round" if tiny
+               else "the paper setting for real models")
+        chosen.append(f"train.lr = {lr:g} ({why})")
     if cfg.train.warmstart_steps is None:
         steps = TINY_WARMSTART_STEPS if tiny else 0
         cfg = _replace(cfg, "train", warmstart_steps=steps)

@@ -36,7 +36,7 @@ def test_train_then_eval_the_checkpoint(tmp_path):
     result = runner.invoke(app, ["train", "--model", "tiny-s", "--rounds", "1", "--out", str(out),
                                  "--set", "rollout.group_size=2", "--set", "rollout.max_new_tokens=4",
                                  "--set", "task.eval_limit=4", "--set", "threads=1",
-                                 "--set", "train.warmstart_steps=0"])
+                                 "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2"])
     assert result.exit_code == 0, result.output
     assert (out / "metrics.jsonl").exists() and (out / "node.log").exists()
     model = out / "checkpoints" / "round-000001" / "model"
@@ -62,7 +62,7 @@ def test_a_bug_shows_its_traceback_and_a_user_error_does_not(tmp_path):
                "sys.argv = ['swarm-node'] + sys.argv[1:]\n"
                "app()\n")
     args = ["train", "--rounds", "1", "--out", str(tmp_path / "run"), "--set", "task.eval_limit=2",
-            "--set", "rollout.max_new_tokens=2", "--set", "threads=1", "--set", "train.warmstart_steps=0"]
+            "--set", "rollout.max_new_tokens=2", "--set", "threads=1", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2"]
     bug = subprocess.run([sys.executable, "-c", planted, *args], capture_output=True, text=True, timeout=300)
     assert bug.returncode == 1, bug.stderr[-2000:]
     assert "Traceback (most recent call last)" in bug.stderr

@@ -7,8 +7,15 @@ from swarm_node.config import ConfigError, NodeConfig, load_config
 
 
 def test_defaults_follow_the_paper():
-    cfg = NodeConfig()
+    from swarm_node.defaults import resolve_model_defaults
+
+    cfg, _ = resolve_model_defaults(load_config(None, ["model.name=Qwen/Qwen2.5-3B"]))
     assert cfg.rollout.group_size == 12 and cfg.rollout.prompts_per_round == 2  # batch 24
+    assert cfg.train.lr == 1e-6 and cfg.train.warmstart_steps == 0
+    tiny, _ = resolve_model_defaults(load_config(None, ["model.name=tiny-s"]))  # a batch that learns visibly
+    assert tiny.rollout.prompts_per_round == 16 and tiny.train.lr == 1e-4 and tiny.train.warmstart_steps == 900
+    small, _ = resolve_model_defaults(load_config(None, ["model.name=tiny-s", "rollout.prompts_per_round=2"]))
+    assert small.train.lr == 2e-5  # 1e-4 at 2 prompts per round destroys a tiny preset
     assert cfg.loss.variant == "f-tis" and cfg.loss.C == 2.0 and cfg.loss.g == 50.0 and cfg.loss.eps == 0.2
     assert cfg.train.rounds == 50
     assert cfg.model.lora_targets == ["q_proj", "v_proj"]

@@ -17,7 +17,7 @@ from procs import Proc
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["--set", "threads=1", "--set", "train.warmstart_steps=0", "--set", "rollout.group_size=4",
+COMMON = ["--set", "threads=1", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2", "--set", "rollout.group_size=4",
           "--set", "rollout.max_new_tokens=32", "--set", "task.eval_limit=8", "--set", "train.eval_every=0",
           "--set", "train.checkpoint_every=0", "--set", "swarm.fetch_timeout_s=10"]
 

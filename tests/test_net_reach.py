@@ -55,6 +55,8 @@ def test_verdict_and_status_lines():
     assert status_line(True, "1.2.3.4:5000", [], True, 0).startswith("reachable at 1.2.3.4:5000")
     line = status_line(False, "1.2.3.4: ports 5000 closed", ["/ip4/10.1.0.2/tcp/5000"], False, 5000)
     assert line.startswith("unreachable") and "forward TCP port 5000" in line and "--relay" in line
+    assert "no initial peer answered" in status_line(None, None, [], True, 0, asked=True)
+    assert "first node of the swarm" in status_line(None, None, [], True, 0)
 
 
 # ---- the dial-back server against real sockets -------------------------------------------------------
@@ -107,7 +109,7 @@ NETNS = unavailable()
 needs_netns = pytest.mark.skipif(NETNS is not None, reason=f"network namespaces unavailable: {NETNS}")
 NODE = ["--model", "tiny-s", "--run-id", "nat", "--set", "threads=1", "--set", "rollout.group_size=4",
         "--set", "rollout.max_new_tokens=8", "--set", "task.eval_limit=4", "--set", "train.eval_every=0",
-        "--set", "train.checkpoint_every=0", "--set", "train.warmstart_steps=0", "--set", "swarm.min_peers=1",
+        "--set", "train.checkpoint_every=0", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2", "--set", "swarm.min_peers=1",
         "--set", "swarm.deadline_s=15", "--set", "swarm.linger_s=10", "--host-maddrs", "/ip4/0.0.0.0/tcp/0"]
 
 

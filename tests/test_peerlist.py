@@ -24,7 +24,7 @@ def test_peers_lists_a_running_swarm(tmp_path, procs):
     # more rounds than the test needs: both nodes must outlive the light client's listing
     common = ["--rounds", "1000", "--run-id", "census", "--set", "threads=1", "--set", "rollout.group_size=4",
               "--set", "rollout.max_new_tokens=8", "--set", "task.eval_limit=4", "--set", "train.eval_every=0",
-              "--set", "train.checkpoint_every=0", "--set", "train.warmstart_steps=0", "--set", "swarm.deadline_s=5",
+              "--set", "train.checkpoint_every=0", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2", "--set", "swarm.deadline_s=5",
               "--set", "swarm.linger_s=0"]
     first = procs(Proc.join(["--model", "tiny-s", *common], tmp_path / "a"))
     address = first.address()

@@ -395,7 +395,7 @@ def test_metrics_on_a_full_disk_is_a_clear_error(tmp_path):
 
 def test_resume_after_a_crash_between_metrics_and_checkpoint(tmp_path):
     fast = ["model.name=tiny-s", "rollout.group_size=2", "rollout.max_new_tokens=4", "task.eval_limit=4",
-            "train.eval_every=0", "train.checkpoint_every=1", "threads=1", "train.warmstart_steps=0",
+            "train.eval_every=0", "train.checkpoint_every=1", "threads=1", "train.warmstart_steps=0", "rollout.prompts_per_round=2",
             f"out={tmp_path}"]
     from swarm_node.node import run
 
@@ -431,7 +431,7 @@ def test_cli_full_disk_is_one_error_line(tmp_path):
     result = CliRunner().invoke(app, ["train", "--model", "tiny-s", "--rounds", "1", "--out", str(out),
                                       "--set", "rollout.group_size=2", "--set", "rollout.max_new_tokens=4",
                                       "--set", "task.eval_limit=4", "--set", "threads=1",
-                                      "--set", "train.warmstart_steps=0"])
+                                      "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2"])
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "metrics.jsonl" in errors[0] and "No space left on device" in errors[0]
@@ -547,7 +547,7 @@ FAULTS = ["--model", "tiny-s", "--set", "rollout.group_size=4", "--set", "rollou
           "--set", "task.eval_limit=4", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=1",
           "--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=4", "--set", "swarm.fetch_timeout_s=2",
           "--set", "swarm.linger_s=3", "--set", "threads=1", "--run-id", "faults",
-          "--set", "train.warmstart_steps=0"]
+          "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2"]
 
 
 @pytest.mark.slow
@@ -709,7 +709,7 @@ def test_a_staller_does_not_hide_an_honest_packet_published_during_the_wait(proc
 NOFILE = 1024  # the common default soft limit; the victim runs with it as its hard limit too (cannot raise)
 LIMITED_JOIN = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}));"
                 "runpy.run_module('swarm_node', run_name='__main__', alter_sys=True)").format(n=NOFILE)
-VICTIM = ["--model", "tiny-s", "--set", "train.warmstart_steps=0", "--set", "rollout.group_size=4",
+VICTIM = ["--model", "tiny-s", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2", "--set", "rollout.group_size=4",
           "--set", "rollout.max_new_tokens=10", "--set", "task.eval_limit=4", "--set", "train.eval_every=0",
           "--set", "train.checkpoint_every=0", "--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=4",
           "--set", "swarm.linger_s=0", "--set", "threads=1"]
@@ -880,7 +880,7 @@ def _in_mount_namespace(script: str, timeout: float = 240) -> subprocess.Complet
 
 
 TRAIN = f"{sys.executable} -m swarm_node train --model tiny-s --rounds 3 --set rollout.group_size=2 " \
-        "--set rollout.max_new_tokens=4 --set task.eval_limit=4 --set train.checkpoint_every=1 --set threads=1 --set train.warmstart_steps=0"
+        "--set rollout.max_new_tokens=4 --set task.eval_limit=4 --set train.checkpoint_every=1 --set threads=1 --set train.warmstart_steps=0 --set rollout.prompts_per_round=2"
 
 
 def _one_error_line(stderr: str) -> str:
@@ -910,7 +910,7 @@ def test_disk_full_and_read_only_output_are_one_clear_error(tmp_path):
     ro = _in_mount_namespace(f"""
         mount -t tmpfs -o ro tmpfs {out} || exit 90
         {TRAIN} --out {out}; echo "rc=$?"
-        {sys.executable} -m swarm_node join --model tiny-s --rounds 1 --out {out} --set threads=1 --set train.warmstart_steps=0; echo "rc=$?"
+        {sys.executable} -m swarm_node join --model tiny-s --rounds 1 --out {out} --set threads=1 --set train.warmstart_steps=0 --set rollout.prompts_per_round=2; echo "rc=$?"
     """)
     assert ro.stdout.split() == ["rc=2", "rc=2"], (ro.stdout, ro.stderr[-3000:])
     errors = [line for line in ro.stderr.splitlines() if line.startswith("error:")]

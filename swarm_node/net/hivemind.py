@@ -23,9 +23,7 @@ import atexit
 import dataclasses
 import logging
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 
@@ -46,15 +44,13 @@ from swarm_node.net.discovery import (
     DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator, parse_initial_peers,
 )
 from swarm_node.net.hivemind_internals import (
-    StaticRelayP2P, cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping, wrap_rsa_key,
+    cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping, wrap_rsa_key,
 )
 from swarm_node.net.fetch import ERROR, MISMATCH, OVERSIZE, TIMEOUT, Offers, PacketServer, raise_fd_limit, request_packet
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
-from swarm_node.net.reach import (
-    DIALBACK_PROTOCOL, DIALBACK_TIMEOUT_S, DialbackServer, Reachability, announce_order, ask_dialback, p2p_options,
-    status_line, tcp_ports, verdict, with_port,
-)
+from swarm_node.net.daemon import start_daemon
+from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (
     FETCH_PROTOCOL, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
     STATUS_NOT_FOUND, is_digest, make_record,
@@ -69,7 +65,7 @@ if "HIVEMIND_LOGLEVEL" not in os.environ:
 
 DISCOVERY_MODES = ("push", "dht-key")  # v2 (default) | v1, kept for bench/scale.py
 DHT_RPC_TIMEOUT_S = 3.0  # one hivemind DHT RPC (ping/store/find); hivemind's default
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 5.0  # dialling a bootstrap peer
 MAX_BOOTSTRAP_RETRY_S = 300.0  # while alone, retries back off from bootstrap_retry_s to this
 LOCAL_POLL_S = 0.05  # v2: collect re-reads the neighbors' announcements this often while waiting
 STARTUP_MARGIN_S = 30.0  # DHT creation and the first bootstrap, on top of swarm.start_timeout_s for p2pd
@@ -156,83 +152,8 @@ class HivemindTransport:
         logger.info("swarm transport up: peer id %s, run %r, discovery %s, listening on %s",
                     self._peer_id, self.cfg.run_id, self.discovery, " ".join(self.join_addrs()))
 
-    async def _create_p2p(self, identity: bytes, mode: str) -> P2P:
-        """Start p2pd as a `mode` (public | private) node (reach.p2p_options)."""
-        cfg = self.cfg
-        options = p2p_options(mode, cfg.relay, list(cfg.relays) or list(cfg.peers),
-                              cfg.public_ip, cfg.port)
-        tmpdir = tempfile.mkdtemp(prefix="swarm-node-")
-        try:  # p2pd reads the key from a file; give it our key so the peer id matches the record key
-            id_file = os.path.join(tmpdir, "identity.key")
-            with open(os.open(id_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
-                f.write(identity)
-            return await StaticRelayP2P.create(
-                host_maddrs=with_port(list(cfg.host_maddrs), cfg.port),
-                announce_maddrs=list(cfg.announce_maddrs) or options.pop("announce_maddrs", None),
-                identity_path=id_file, check_if_identity_free=False, startup_timeout=cfg.start_timeout_s, **options)
-        except Exception as e:
-            if "failed to start in" in str(e):
-                raise SwarmError(f"the libp2p daemon (p2pd) did not start within {cfg.start_timeout_s:g} s; on a "
-                                 "slow or busy machine raise it, e.g. --set swarm.start_timeout_s=120") from None
-            raise
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-
-    async def _start_reachable(self, identity: bytes) -> None:
-        """Start p2pd, find out whether peers can dial us, and if not (and relays are on) restart it
-        as a private node that serves through a relay. Sets `self.reachability`."""
-        cfg = self.cfg
-        mode = "public" if cfg.reachability == "auto" else cfg.reachability
-        self._p2p = await self._create_p2p(identity, mode)
-        reach, how = None, None
-        if cfg.reachability == "auto" and self._initial:
-            reach, how = await self._dialback()
-            if reach is False and cfg.relay and (cfg.relays or self._initial):
-                await self._p2p.shutdown()
-                mode, self._p2p = "private", await self._create_p2p(identity, "private")
-        if mode == "private":
-            await self._wait_for_circuit()
-        addrs = await self._visible_addrs()
-        self.reachability = Reachability(mode if reach is not None or mode == "private" else "unknown",
-                                         status_line(reach, how, addrs, cfg.relay, cfg.port), addrs)
-        logger.log(logging.WARNING if reach is False and mode != "private" else logging.INFO, "%s", self.reachability.line)
-
-    async def _dialback(self) -> tuple[bool | None, str | None]:
-        """Ask the initial peers (in parallel) to dial our listen ports back."""
-        ports = tcp_ports([str(m) for m in await self._p2p.get_visible_maddrs()])
-
-        async def ask(pid: PeerID, maddr: Multiaddr) -> dict:
-            try:
-                await asyncio.wait_for(dial(self._p2p, pid, maddr), CONNECT_TIMEOUT_S)
-                _, reader, writer = await open_stream(self._p2p, pid, DIALBACK_PROTOCOL)
-                try:
-                    return await asyncio.wait_for(ask_dialback(reader, writer, ports), DIALBACK_TIMEOUT_S)
-                finally:
-                    writer.close()
-            except Exception as e:
-                logger.debug("dial-back via %s failed: %r", maddr, e)
-                return {}
-
-        answers = await asyncio.gather(*(ask(p, m) for p, m in self._initial[:3] if str(p) != self._peer_id))
-        return verdict(list(answers), ports)
-
-    async def _wait_for_circuit(self, timeout: float = 20.0) -> None:
-        """Wait until p2pd holds a relay reservation (a /p2p-circuit address), at most `timeout` s."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any("/p2p-circuit" in a for a in await self._visible_addrs()):
-                return
-            await asyncio.sleep(0.25)
-        logger.warning("no relay reservation within %.0f s: peers that cannot reach us directly cannot fetch "
-                       "from us until one succeeds", timeout)
-
-    async def _visible_addrs(self) -> list[str]:
-        """Our transport addresses (without /p2p/<us>), relayed ones first, loopback last."""
-        own = Multiaddr(f"/p2p/{self._peer_id}")
-        return announce_order([str(m.decapsulate(own)) for m in await self._p2p.get_visible_maddrs(latest=True)])
-
     async def _astart(self, key: RSAPrivateKey, identity: bytes) -> None:
-        await self._start_reachable(identity)
+        self._p2p, self.reachability = await start_daemon(self.cfg, identity, self._initial, self._peer_id)
         self._p2pd_pid = p2pd_pid(self._p2p)
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")

@@ -181,16 +181,18 @@ def circuit_addrs(addrs: list[str]) -> list[str]:
     return [a for a in addrs if "/p2p-circuit" in a]
 
 
-def status_line(reach: bool | None, how: str | None, addrs: list[str], relay: bool, port: int) -> str:
-    """The one line a volunteer reads at start-up."""
+def status_line(reach: bool | None, how: str | None, addrs: list[str], relay: bool, port: int,
+                asked: bool = False) -> str:
+    """The one line a volunteer reads at start-up (`asked`: some peer was asked to dial back)."""
     relayed = circuit_addrs(addrs)
     if relayed:
         return f"behind NAT: serving through relay {relayed[0]}"
     if reach:
         return f"reachable at {how} (a peer dialled back)"
     if reach is None:
-        return "reachability unknown: no peer to dial back (first node of the swarm?); others reach it at " + \
-               (", ".join(addrs[:2]) or "no address")
+        why = "no initial peer answered the dial-back check" if asked else \
+            "no peer to dial back (first node of the swarm?)"
+        return f"reachability unknown: {why}; others reach it at " + (", ".join(addrs[:2]) or "no address")
     fix = f"forward TCP port {port} to this machine and pass --public-ip" if port else \
         "pass --port N, forward TCP port N on your router, and pass --public-ip"
     return (f"unreachable ({how}): {fix}" + ("" if relay else ", or enable relays (--relay)")

@@ -1,10 +1,10 @@
 """``arith``: synthetic word-form addition/subtraction, generated on the fly (no files).
 
-Example ``"train/123"`` with seed 0 might be ``"What is 48 plus 27?"`` -> ``"75"``.
+Example ``"train/123"`` with seed 0 might be ``"What is 48 plus 7?"`` -> ``"55"``.
 Prompts are short enough for tiny character-level models::
 
-    prompt:     "Q: What is 48 plus 27?\\nA: "
-    reference:  "#### 75"
+    prompt:     "Q: What is 48 plus 7?\\nA: "
+    reference:  "#### 55"
 
 There is no format instruction in the prompt (it would dwarf the question);
 the supervised warm start on reference completions teaches the ``#### <answer>``
@@ -15,7 +15,8 @@ Generation: example ``i`` of split ``s`` is drawn from
 ``random.Random(f"arith/{seed}/{s}/{i}")``, so any node rebuilds it from its id
 and the options alone, and :meth:`ArithTask.split` is a lazy sequence. Operands
 are uniform in ``[0, 10**digits)`` (the second in ``[0, 10**second_digits)``,
-``second_digits`` defaulting to ``digits``); for ``minus`` the operands are ordered so
+``second_digits`` defaulting to 1: a tiny model learns "48 plus 7" within a minute, "48 plus 27"
+barely in 20 rounds); for ``minus`` the operands are ordered so
 that ``a >= b`` (answers are never negative). Held-out test set: every
 problem ``(op, {a, b})`` (operand order ignored, so ``27 plus 48`` goes with
 ``48 plus 27``) is assigned to test iff a BLAKE2b hash of it falls in the
@@ -84,7 +85,7 @@ class ArithTask(Task):
         if second_digits is not None and (not isinstance(second_digits, int) or not 1 <= second_digits <= digits):
             raise ValueError(f"arith: second_digits must be an int in 1..digits, got {second_digits!r}")
         self.digits = digits
-        self.second_digits = digits if second_digits is None else second_digits
+        self.second_digits = 1 if second_digits is None else second_digits
         self.ops = tuple(dict.fromkeys(ops))
         self.seed = int(seed)
         self._sizes = {"train": train_size, "test": test_size}
