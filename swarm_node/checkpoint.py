@@ -59,6 +59,19 @@ def _discard(root: Path, path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _why(error: Exception, root: Path, written: int) -> str:
+    """What went wrong, in words: torch.save's RuntimeError on a full disk says only "unexpected
+    pos 159808 vs 159700", so a disk with less room left than was written is named as full."""
+    reason = getattr(error, "strerror", None) or str(error)
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return reason
+    if not getattr(error, "strerror", None) and free <= written + (1 << 20):
+        return f"No space left on device ({free} bytes free after writing {written}; {reason})"
+    return reason
+
+
 def _remove_leftovers(root: Path) -> None:
     """Temp and trash entries of writers that were killed (one node writes one output dir)."""
     for p in root.glob(".*"):
@@ -88,8 +101,9 @@ def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Opti
         os.rename(tmp, final)
         write_atomic(root / "latest", name)
     except Exception as e:  # OSError, torch's RuntimeError, safetensors' SafetensorError: disk full, unwritable...
+        written = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) if tmp.is_dir() else 0
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"cannot write checkpoint under {root}: {getattr(e, 'strerror', None) or e}") from e
+        raise CheckpointError(f"cannot write checkpoint under {root}: {_why(e, root, written)}") from e
     for old in sorted(p for p in root.glob("round-*") if p.name != name)[:-(KEEP - 1) or None]:
         try:
             _discard(root, old)

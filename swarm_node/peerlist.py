@@ -10,6 +10,7 @@ that announced to it), not a census.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from swarm_node.config import SwarmConfig
 from swarm_node.net import PeerInfo
@@ -18,11 +19,19 @@ LIGHT_CLIENT_MODEL = "swarm-node-peers"  # how the light client names itself in 
 NO_TOKENIZER = "sha256:" + "0" * 64  # a well-formed fingerprint that no tokenizer has (it trains on nothing)
 
 
+def reach(info: PeerInfo) -> str:
+    """How the peer is reached: "relay" if its first announced address is a circuit (it is behind
+    NAT), "direct" if it announced others, "?" if it announced none."""
+    if not info.addrs:
+        return "?"
+    return "relay" if "/p2p-circuit" in info.addrs[0] else "direct"
+
+
 def describe(info: PeerInfo, now: float) -> dict:
     """One peer as a flat JSON-able dict."""
     return {"peer_id": info.peer_id, "model": info.model_id, "tokenizer": info.tokenizer,
             "protocol": info.protocol, "round": info.round, "policy_version": info.policy_version,
-            "offers": len(info.offers), "last_seen_s": round(max(0.0, now - info.updated_at), 1)}
+            "offers": len(info.offers), "reach": reach(info), "last_seen_s": round(max(0.0, now - info.updated_at), 1)}
 
 
 def list_peers(cfg: SwarmConfig, wait_s: float, poll_s: float = 1.0) -> list[dict]:
@@ -53,10 +62,12 @@ def render(rows: list[dict], run_id: str) -> str:
     """A table for people: one line per peer."""
     if not rows:
         return f"no peers of run {run_id!r} answered (check --peers and --run-id)"
-    head = f"{'peer id':<52} {'model':<20} {'tokenizer':<14} {'proto':>5} {'round':>6} {'version':>7} {'last seen':>9}"
+    head = (f"{'peer id':<52} {'model':<20} {'tokenizer':<14} {'proto':>5} {'round':>6} {'version':>7} "
+            f"{'reach':>6} {'last seen':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['peer_id']:<52} {r['model'][:20]:<20} {r['tokenizer'][:14]:<14} {r['protocol']:>5} "
-                     f"{r['round']:>6} {r['policy_version']:>7} {r['last_seen_s']:>8.1f}s")
+        model = Path(r["model"]).name if r["model"].startswith(("/", ".", "~")) else r["model"]  # a local path
+        lines.append(f"{r['peer_id']:<52} {model[:20]:<20} {r['tokenizer'][:14]:<14} {r['protocol']:>5} "
+                     f"{r['round']:>6} {r['policy_version']:>7} {r['reach']:>6} {r['last_seen_s']:>8.1f}s")
     lines.append(f"{len(rows)} peer(s) of run {run_id!r}")
     return "\n".join(lines)

@@ -19,6 +19,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 
 PUBLIC_NET = "11.11.0"  # a public-looking range: libp2p drops special-purpose ranges (TEST-NET...) from relay addresses; traffic never leaves our namespaces
@@ -191,6 +193,39 @@ class Internet:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_RECEIVE = """import socket, time
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 5102))
+t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(("0.0.0.0", 5101)); t.listen()
+print("ready", flush=True); u.settimeout(5); k = 0
+try:
+    while True: u.recv(64); k += 1; u.settimeout(1)
+except socket.timeout: pass
+c, _ = t.accept(); n = 0; t0 = None
+while d := c.recv(65536): t0 = t0 or time.time(); n += len(d)
+print(n * 8 / 1000 / (time.time() - t0), k)"""
+_SEND_UDP = """import socket, sys, time
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(3000):
+    time.sleep(0.0005)
+    try: u.sendto(b"y" * 32, (sys.argv[1], 5102))
+    except PermissionError: pass  # an nftables drop in the output hook is EPERM to the sender"""
+_SEND_TCP = "import socket, sys; s = socket.create_connection((sys.argv[1], 5101)); s.sendall(b'x' * 1000000); s.close()"
+
+
+def measure_link(tcp_from: Host, udp_from: Host, to: Host) -> dict:
+    """What the shaping does on the wire: kbit/s of 1 MB over TCP from `tcp_from` and the fraction of 3,000
+    UDP datagrams from `udp_from` lost, both received at `to`; and whether `to` can use netem at all."""
+    receiver = subprocess.Popen(to.cmd([sys.executable, "-c", _RECEIVE]), stdout=subprocess.PIPE, text=True)
+    receiver.stdout.readline()
+    subprocess.run(udp_from.cmd([sys.executable, "-c", _SEND_UDP, to.ip]), check=True, timeout=60)
+    time.sleep(1.5)
+    subprocess.run(tcp_from.cmd([sys.executable, "-c", _SEND_TCP, to.ip]), check=True, timeout=60)
+    kbit, got = receiver.communicate(timeout=60)[0].split()
+    netem = to.run("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "10ms", check=False)
+    return {"measured_kbit": round(float(kbit)), "udp_sent": 3000, "udp_lost_frac": round(1 - int(got) / 3000, 4),
+            "netem": netem.stderr.strip() or "available"}
 
 
 def leftover_namespaces(prefix: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Checkpoints: atomic writes, the previous checkpoint survives a torn write, clear errors."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -62,3 +63,23 @@ def test_write_failure_is_a_clear_error(tmp_path, tiny_policy):
     (tmp_path / "checkpoints").write_text("a file where the directory should be")
     with pytest.raises(CheckpointError, match="cannot write checkpoint"):
         _save(tmp_path, tiny_policy, 1)
+
+
+def test_torch_save_on_a_full_disk_is_named_as_such(tmp_path, tiny_policy, monkeypatch):
+    """torch.save's error on a full disk is "unexpected pos N vs M" (found by bench/chaos.py on a
+    16 MiB tmpfs); the message must say the disk is full."""
+    import shutil
+
+    from swarm_node import checkpoint
+
+    def failing_save(obj, path, *a, **k):
+        Path(path).write_bytes(b"x" * 1000)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 159808 vs 159700")
+
+    monkeypatch.setattr(checkpoint.torch, "save", failing_save)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 20, 10 << 20, 4096))
+    with pytest.raises(CheckpointError, match="No space left on device .4096 bytes free.*unexpected pos"):
+        _save(tmp_path, tiny_policy, 1)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 30, 0, 5 << 30))
+    with pytest.raises(CheckpointError, match="cannot write checkpoint under .*: \\[enforce fail"):  # not a full disk
+        _save(tmp_path, tiny_policy, 2)

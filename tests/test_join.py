@@ -30,7 +30,8 @@ def _free_port() -> int:
 
 def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
     swarm = ["--rounds", "3", "--set", "swarm.min_peers=2", "--set", "swarm.deadline_s=90",
-             "--set", "swarm.linger_s=15", "--run-id", "three"]
+             "--set", "swarm.linger_s=15", "--run-id", "three",
+             "--set", "swarm.alone_wait_s=null"]  # the first node waits the full deadline for the others
     first = procs(Proc.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "s"))
     peers = ["--peers", first.address()]
     others = [procs(Proc.join(["--model", "tiny-m", "--set", "train.seed=1", *peers, *COMMON, *swarm],
@@ -98,7 +99,7 @@ def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, procs):
 
 def test_horizontal_mode_merges_groups_across_nodes(tmp_path, procs):
     swarm = ["--mode", "horizontal", "--rounds", "2", "--run-id", "horiz", "--set", "swarm.min_peers=1",
-             "--set", "swarm.deadline_s=90", "--set", "swarm.linger_s=15"]
+             "--set", "swarm.deadline_s=90", "--set", "swarm.linger_s=15", "--set", "swarm.alone_wait_s=null"]
     a = procs(Proc.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "a"))
     b = procs(Proc.join(["--model", "tiny-m", "--peers", a.address(), "--set", "train.seed=5", *COMMON, *swarm],
                         tmp_path / "b"))

@@ -197,3 +197,22 @@ def test_a_slow_peer_listing_does_not_hold_up_fetches_in_flight():
         assert [g.digest for g in got.packets] == [good] and time.monotonic() - t0 < 0.6
 
     asyncio.run(main())
+
+
+def test_a_node_behind_returns_early_even_beside_a_relay():
+    """Peers all past the wanted rounds: collect returns at once, also when a relay (round 0, no
+    offers, never past anything) is listed; with only the relay listed it waits its deadline."""
+    ahead = _peer("QmAhead", [(50, packet_digest(b"new"), 3)], round_=50)
+    relay = _peer("QmRelay", [], round_=0)
+
+    async def no_fetch(peer, digest, timeout, size):
+        raise AssertionError("nothing wanted is offered")
+
+    async def timed(peers) -> float:
+        t0 = time.monotonic()
+        await collect_offers(_lister(peers), no_fetch, LIMITS, Delivery(), wanted=lambda r: 8 <= r <= 10,
+                             min_count=1, deadline_s=1.0, oldest=8, newest=10)
+        return time.monotonic() - t0
+
+    assert asyncio.run(timed([ahead, relay])) < 0.3
+    assert asyncio.run(timed([relay])) >= 0.95

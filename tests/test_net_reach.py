@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -129,11 +130,16 @@ def test_two_nodes_behind_nat_train_on_each_others_groups_through_a_relay(tmp_pa
     with Internet(prefix) as net:
         public, a_host, b_host = net.host("relay"), net.nat_host("a"), net.nat_host("b")
         addr = _relay(net, procs, tmp_path, public)
-        rounds = 6
+        rounds = 20
         nodes = {name: procs(Proc(host.cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / name),
                                             "--peers", addr, "--rounds", str(rounds), *NODE,
                                             "--set", f"train.seed={i}"]), tmp_path / name))
                  for i, (name, host) in enumerate((("a", a_host), ("b", b_host)))}
+        for node in nodes.values():
+            node.status(lambda s: s["round"] >= 1, timeout=240)
+        listing = subprocess.run(public.cmd([sys.executable, "-m", "swarm_node", "peers", "--peers", addr, "--run-id",
+                                             "nat", "--wait", "30", "--json"]), capture_output=True, text=True, timeout=120)
+        reach = {row["peer_id"]: row["reach"] for row in map(json.loads, listing.stdout.splitlines())}
         for name, node in nodes.items():
             assert node.wait(300) == 0, node.text()
         results = {}
@@ -143,7 +149,9 @@ def test_two_nodes_behind_nat_train_on_each_others_groups_through_a_relay(tmp_pa
             accepted = sum(r.get("swarm/packets_accepted", 0) for r in rows)
             used = sum(r.get("swarm/peer_groups_used", 0) > 0 for r in rows[1:])
             results[name] = (status["reachability"], accepted, used, len(rows))
-        print(f"\nwith relays: {results}")
+        print(f"\nwith relays: {results}; swarm-node peers from the public side: {reach}")
+        ids = {json.loads((tmp_path / n / "status.json").read_text())["peer_id"] for n in nodes}
+        assert {reach.get(i) for i in ids} == {"relay"}, listing.stdout + listing.stderr[-2000:]
         for name, (line, accepted, used, n) in results.items():
             assert line.startswith("behind NAT: serving through relay /ip4/" + public.ip), (name, line)
             assert n == rounds + 1 and accepted >= rounds // 2 and used >= rounds // 2, (name, results)

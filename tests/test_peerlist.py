@@ -13,9 +13,10 @@ from swarm_node.peerlist import render
 
 def test_render_is_one_line_per_peer():
     rows = [{"peer_id": "QmA", "model": "tiny-s", "tokenizer": "sha256:abcd", "protocol": 1, "round": 3,
-             "policy_version": 2, "offers": 1, "last_seen_s": 0.5}]
+             "policy_version": 2, "offers": 1, "reach": "relay", "last_seen_s": 0.5}]
     text = render(rows, "r").splitlines()
-    assert "QmA" in text[2] and "tiny-s" in text[2] and text[-1] == "1 peer(s) of run 'r'"
+    assert "QmA" in text[2] and "tiny-s" in text[2] and " relay " in text[2] and text[-1] == "1 peer(s) of run 'r'"
+    assert "reach" in text[0]
     assert render([], "r") == "no peers of run 'r' answered (check --peers and --run-id)"
 
 
@@ -39,6 +40,7 @@ def test_peers_lists_a_running_swarm(tmp_path, procs):
     assert sorted(r["model"] for r in rows) == ["tiny-m", "tiny-s"], out.stdout + out.stderr[-3000:]
     for row in rows:
         assert row["protocol"] == 1 and row["tokenizer"].startswith("sha256:") and row["round"] >= 0
+        assert row["reach"] == "direct"  # on 127.0.0.1 nobody needs a relay
         assert 0 <= row["last_seen_s"] < 120
     assert {r["peer_id"] for r in rows} == {json.loads((tmp_path / n / "status.json").read_text())["peer_id"]
                                             for n in ("a", "b")}

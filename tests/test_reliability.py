@@ -453,7 +453,8 @@ LEARN = ["--model", "tiny-s", "--set", f"task.options={ARITH}", "--set", "train.
          "--set", "rollout.prompts_per_round=4", "--set", "rollout.max_new_tokens=10", "--set", "train.lr=3e-5",
          "--set", "train.micro_batch=48", "--set", "task.eval_limit=200", "--set", "train.eval_every=0",
          "--set", "train.checkpoint_every=0", "--set", "threads=1", "--rounds", str(ROUNDS),
-         "--set", "swarm.deadline_s=20", "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=10"]
+         "--set", "swarm.deadline_s=20", "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=10",
+         "--set", "swarm.alone_wait_s=null"]  # the first node waits for the second from round 1
 # the issue's attacks -> the rejection reasons they produce at the honest nodes (summed over both)
 ATTACKS = {
     "(a) log-prob lies": ("codec_bad_logprob",),  # > 0 is refused; in-range lies are accepted, see `corrected`
@@ -712,7 +713,8 @@ LIMITED_JOIN = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT
 VICTIM = ["--model", "tiny-s", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2", "--set", "rollout.group_size=4",
           "--set", "rollout.max_new_tokens=10", "--set", "task.eval_limit=4", "--set", "train.eval_every=0",
           "--set", "train.checkpoint_every=0", "--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=4",
-          "--set", "swarm.linger_s=0", "--set", "threads=1"]
+          "--set", "swarm.linger_s=0", "--set", "threads=1",
+          "--set", "swarm.alone_wait_s=null"]  # it starts the swarm, and must wait its full deadline for peers
 
 
 def _fds_and_memory(pid: int) -> tuple[int, int, int]:

@@ -217,7 +217,7 @@ def test_a_vllm_node_and_an_hf_node_train_together(tmp_path, monkeypatch, warm_m
     network, rows, errors = MemoryNetwork(), {}, []
     common = WARM + ["rollout.group_size=6", "rollout.prompts_per_round=2", "rollout.max_new_tokens=8", "task.eval_limit=8",
                      "train.rounds=3", "train.eval_every=3", "train.checkpoint_every=0", "train.lr=1e-3",
-                     "swarm.deadline_s=120", "swarm.linger_s=1", "swarm.run_id=vllm-hf", "swarm.staleness=0"]
+                     "swarm.deadline_s=120", "swarm.linger_s=1", "swarm.run_id=vllm-hf", "swarm.staleness=0", "swarm.alone_wait_s=null"]
 
     def node(name: str, seed: int, sampler: str) -> None:
         choice = [f"model.sampler={sampler}"] if has_choice else []

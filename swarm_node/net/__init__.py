@@ -10,11 +10,13 @@
     announce.py      discovery v2: a bounded-degree mesh of neighbors that push their offers to
                      each other (no hivemind; shared by the libp2p and in-memory transports)
     discovery.py     hivemind DHT: membership records (v2), the v1 single-key records, validators
+    reach.py         reachability: the dial-back check, p2pd options per mode, the status line (no hivemind)
+    daemon.py        start p2pd so peers can reach it: public, or private behind a circuit relay
     hivemind.py      HivemindTransport: push announcements + libp2p stream pull (v1 selectable)
     hivemind_internals.py  every use of a hivemind private attribute, fenced in one place
     memory.py        MemoryTransport: the same protocol and collect loop in one process, for tests
 
-Only discovery.py, hivemind.py and hivemind_internals.py import hivemind: they are the libp2p
+Only daemon.py, discovery.py, hivemind.py and hivemind_internals.py import hivemind: they are the libp2p
 implementation, split to keep each module readable; private attributes are touched only in
 hivemind_internals.py, and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
 sees only bytes, peer ids, digests and rounds: no hivemind types.
@@ -45,6 +47,7 @@ class PeerInfo:
     policy_version: int
     offers: list[tuple[int, str, int]]  # (round, digest, size) of the packets it serves
     updated_at: float
+    addrs: list[str] = field(default_factory=list)  # where to dial it, best first (v2 announcements)
 
 
 @dataclass

@@ -228,13 +228,14 @@ def parse_announcement(obj: Any, peer_id: str, received_at: float) -> Announceme
     MAX_ROUND are malformed; unknown extra fields are ignored."""
     if not isinstance(obj, dict) or not all(isinstance(k, str) for k in obj):
         raise RecordError("announcement must be a map with string keys")
+    addrs = _parse_addrs(obj.get("addrs"))
     info = PeerInfo(
         peer_id=peer_id, model_id=_str(obj, "model_id"), tokenizer=_str(obj, "tokenizer"),
         protocol=_int(obj, "protocol", 0, 2**31 - 1), round=_int(obj, "round", 0, MAX_ROUND),
         policy_version=_int(obj, "policy_version", 0, MAX_ROUND), offers=_parse_offers(obj.get("offers"), MAX_ROUND),
-        updated_at=float(received_at))
+        updated_at=float(received_at), addrs=addrs)
     return Announcement(info, _str(obj, "run_id", 64), _int(obj, "seq", 0, MAX_ROUND), _int(obj, "degree", 0, MAX_DEGREE),
-                        _parse_addrs(obj.get("addrs")), parse_peer_exchange(obj.get("peers")))
+                        addrs, parse_peer_exchange(obj.get("peers")))
 
 
 # ---- framing: u32 big-endian length + msgpack map (fetch requests/headers; announcements) ---------
