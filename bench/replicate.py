@@ -161,6 +161,7 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
         command = "join"
         sets.update({"swarm.mode": mode, "swarm.run_id": run_id, "swarm.peer_groups_per_own": 1.0,
                      "swarm.min_peers": 1, "swarm.deadline_s": 30.0, "swarm.linger_s": 5.0,
+                     "swarm.alone_wait_s": None,  # the first node waits for the second from round 1
                      "swarm.identity": str(out / "identity.key"), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
                      "swarm.peers": [peer] if peer else []})
     argv = [sys.executable, "-m", "swarm_node", command, "--out", str(out)]
