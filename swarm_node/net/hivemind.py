@@ -40,6 +40,7 @@ from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshParams
 from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
+from swarm_node.net.daemon import start_daemon
 from swarm_node.net.discovery import (
     DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator, parse_initial_peers,
 )
@@ -49,7 +50,6 @@ from swarm_node.net.hivemind_internals import (
 from swarm_node.net.fetch import ERROR, MISMATCH, OVERSIZE, TIMEOUT, Offers, PacketServer, raise_fd_limit, request_packet
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
-from swarm_node.net.daemon import start_daemon
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (
     FETCH_PROTOCOL, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
@@ -190,7 +190,8 @@ class HivemindTransport:
         so a holder serves only what it stores), and the announcement mesh on top."""
         validator = RecordValidator.members(key, self.cfg.run_id, self._stats)
         self._dht = await DHTNode.create(p2p=self._p2p, record_validator=validator, wait_timeout=DHT_RPC_TIMEOUT_S,
-                                         num_workers=2, client_mode=self.reachability.mode == "private", cache_locally=False, cache_nearest=0, cache_on_store=False)
+                                         num_workers=2, client_mode=self.reachability.mode == "private",
+                                         cache_locally=False, cache_nearest=0, cache_on_store=False)
         cap_dictionary_values(self._dht, MAX_BUCKET_ENTRIES)
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
