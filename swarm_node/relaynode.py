@@ -14,12 +14,12 @@ import threading
 import time
 
 from swarm_node.config import SwarmConfig
+from swarm_node.peerlist import NO_TOKENIZER
 from swarm_node.status import StatusFile
 
 logger = logging.getLogger(__name__)
 
 RELAY_MODEL = "swarm-node-relay"  # how the relay names itself in its announcements
-NO_TOKENIZER = "sha256:" + "0" * 64  # a well-formed fingerprint that no tokenizer has
 
 
 def run_relay(cfg: SwarmConfig, seconds: float | None, status: StatusFile | None = None) -> None:

@@ -29,7 +29,7 @@ from swarm_node.net.reach import (
 
 logger = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 5.0  # dialling an initial peer (dial-back check, bootstrap)
 CIRCUIT_WAIT_S = 20.0  # a static relay reserves within a second or two; give a busy machine more
 MAX_ASKED = 3  # initial peers asked to dial back, in parallel
 

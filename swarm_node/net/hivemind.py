@@ -40,7 +40,7 @@ from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshParams
 from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
-from swarm_node.net.daemon import start_daemon
+from swarm_node.net.daemon import CONNECT_TIMEOUT_S, start_daemon
 from swarm_node.net.discovery import (
     DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator, parse_initial_peers,
 )
@@ -65,7 +65,6 @@ if "HIVEMIND_LOGLEVEL" not in os.environ:
 
 DISCOVERY_MODES = ("push", "dht-key")  # v2 (default) | v1, kept for bench/scale.py
 DHT_RPC_TIMEOUT_S = 3.0  # one hivemind DHT RPC (ping/store/find); hivemind's default
-CONNECT_TIMEOUT_S = 5.0  # dialling a bootstrap peer
 MAX_BOOTSTRAP_RETRY_S = 300.0  # while alone, retries back off from bootstrap_retry_s to this
 LOCAL_POLL_S = 0.05  # v2: collect re-reads the neighbors' announcements this often while waiting
 STARTUP_MARGIN_S = 30.0  # DHT creation and the first bootstrap, on top of swarm.start_timeout_s for p2pd
