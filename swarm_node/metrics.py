@@ -36,6 +36,7 @@ BYTES_IN, BYTES_OUT = "swarm/bytes_in", "swarm/bytes_out"
 PACKET_BYTES_IN, PACKET_BYTES_OUT = "swarm/packet_bytes_in", "swarm/packet_bytes_out"
 TOKENS_IN, TOKENS_OUT, COMPLETIONS_IN = "swarm/tokens_in", "swarm/tokens_out", "swarm/completions_in"
 REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_timeouts"
+FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream after a cut (relay budgets)
 REJECTED_PREFIX = "swarm/rejected/"  # + reason
 PEER_PREFIX = "peer/"  # group statistics of the peer groups used, e.g. peer/reward/mean
 

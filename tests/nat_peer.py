@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -31,6 +32,8 @@ def main() -> int:
     ap.add_argument("--fetch", action="store_true")
     ap.add_argument("--seconds", type=float, default=60)
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("swarm_node").setLevel(logging.DEBUG)
     cfg = SwarmConfig(run_id=args.run_id, peers=args.peers, host_maddrs=["/ip4/0.0.0.0/tcp/0"],
                       fetch_timeout_s=60, max_packet_bytes=16 << 20)
     with HivemindTransport(cfg, "nat-peer", TOKENIZER) as transport:
@@ -42,6 +45,7 @@ def main() -> int:
         got = transport.collect(1, 1, min_peers=1, deadline_s=args.seconds)
         print("FETCHED " + json.dumps({"digests": [r.digest for r in got.packets], "sizes": [len(r.data) for r in got.packets],
                                         "peers": [r.peer_id for r in got.packets],
+                                        "resumes": transport.stats()["fetch_resumes"],
                                         "reachability": transport.reachability.line}), flush=True)
     return 0
 

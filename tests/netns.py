@@ -1,7 +1,7 @@
 """A small internet inside Linux network namespaces, for tests and benchmarks that cross real networks.
 
-    with Internet("sn1") as net:            # a bridge namespace: the "internet", 203.0.113.0/24 (TEST-NET-3)
-        relay = net.host("relay")           # a public host on it: 203.0.113.10
+    with Internet("sn1") as net:            # a bridge namespace: the "internet", 11.11.0.0/24
+        relay = net.host("relay")           # a public host on it: 11.11.0.10
         a = net.nat_host("a")               # a host at 10.1.0.2 behind its own masquerading NAT router
         net.shape(a, loss_pct=1, rate_kbit=2000)   # nftables loss + tc tbf on the host's link
         net.partition([relay], [a])         # nftables drops between the two sides; net.heal() undoes it
@@ -10,7 +10,7 @@
 Everything lives in namespaces named `<prefix>-*` that `close()` (or leaving the `with`) deletes,
 killing what still runs inside them, so a failed test leaves nothing behind. Needs root (or
 CAP_NET_ADMIN), iproute2 and nftables; `unavailable()` says why not, for a clear skip.
-Addresses: public hosts 203.0.113.10.., NAT routers' WAN 203.0.113.100.., NAT LAN k: 10.k.0.0/24.
+Addresses: public hosts 11.11.0.10.., NAT routers' WAN 11.11.0.100.., NAT LAN k: 10.k.0.0/24.
 """
 
 from __future__ import annotations

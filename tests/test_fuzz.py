@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from swarm_node.codec import (ERROR_CODES, MAX_PACKET_BYTES, MAX_TOKENS, Completion, Group, Packet, PacketError, decode,
                               encode, validate)
 from swarm_node.codec import digest as packet_digest
-from swarm_node.net.fetch import PacketServer, request_packet
+from swarm_node.net.fetch import Download, PacketServer
 from swarm_node.net.identity import check_record_value, load_or_create_identity, owner_key_of, peer_id_of
 from swarm_node.net.records import (MAX_FRAME_BYTES, FrameError, RecordError, decode_frame_body, encode_frame,
                                     frame_length, make_record, parse_record)
@@ -477,10 +477,10 @@ def test_fuzz_fetch_server(chunks):
 @fuzz(400)
 @given(st.lists(st.binary(max_size=64) | st.builds(
     lambda o: len(msgpack.packb(o)).to_bytes(4, "big") + msgpack.packb(o),
-    st.dictionaries(st.sampled_from(["status", "size"]), st.sampled_from(["ok", "busy", "not_found", 5, -1, 2**40, None])
+    st.dictionaries(st.sampled_from(["status", "size", "offset"]), st.sampled_from(["ok", "busy", "not_found", 5, 6, -1, 0, 2**40, None])
                     | msgpack_values, max_size=2)), max_size=4))
 def test_fuzz_fetch_client(chunks):
-    """Hostile responses: the client returns (None, reason), or raises what `Swarm._afetch` maps to a failure;
+    """Hostile responses: the client returns (None, reason), or raises what `_afetch` maps to a failure;
     it never allocates more than its limit (here 4096 bytes) and never returns unverified bytes."""
     digest = packet_digest(b"wanted")
 
@@ -490,7 +490,7 @@ def test_fuzz_fetch_client(chunks):
             sw.write(chunk)
         sw.write_eof()
         try:
-            data, reason = await asyncio.wait_for(request_packet(cr, cw, "run", digest, 4096), 5)
+            data, reason = await asyncio.wait_for(Download("run", digest, 4096).request(cr, cw), 5)
         except (FrameError, asyncio.IncompleteReadError, ConnectionError):
             return
         finally:

@@ -9,7 +9,7 @@ import sys
 import time
 
 from swarm_node.codec import digest as packet_digest
-from swarm_node.net.fetch import Offers, PacketServer, StreamLimits, request_packet
+from swarm_node.net.fetch import MIN_RESUME_BYTES, Download, Offers, PacketServer, StreamLimits, download_packet
 from swarm_node.net.records import decode_frame_body, encode_frame, frame_length
 
 
@@ -35,7 +35,7 @@ def test_fetch_protocol_over_plain_streams():
         async def fetch(run_id, digest, max_bytes=16 * 2**20):
             reader, writer, task = await _pipe(server)
             try:
-                return await asyncio.wait_for(request_packet(reader, writer, run_id, digest, max_bytes), 5)
+                return await asyncio.wait_for(Download(run_id, digest, max_bytes).request(reader, writer), 5)
             finally:
                 writer.close()
                 await task
@@ -54,6 +54,121 @@ def test_fetch_protocol_over_plain_streams():
         assert stats["bytes_out"] == len(data) + len(b"other bytes") and stats["serve_not_found"] == 2
 
     asyncio.run(main())
+
+
+RELAY_BUDGET = 128 << 10  # what the relays in hivemind's p2pd let through per direction per connection
+
+
+async def _cut_after(budget: int, server: PacketServer):
+    """A client (reader, writer) whose stream to `server` passes through a relay that forwards at
+    most `budget` bytes of the response, then resets both sides (as go-libp2p's circuit relay does)."""
+    (client_r, client_w), (relay_r, relay_w) = [await asyncio.open_connection(sock=s) for s in socket.socketpair()]
+    (upstream_r, upstream_w), server_side = [await asyncio.open_connection(sock=s) for s in socket.socketpair()]
+    asyncio.ensure_future(server.handle(*server_side, "QmCut"))
+
+    async def pipe(src, dst, limit):
+        while limit > 0 and (chunk := await src.read(min(65536, limit))):
+            dst.write(chunk)
+            await dst.drain()
+            limit -= len(chunk)
+        for w in (relay_w, upstream_w):
+            w.transport.abort()
+
+    asyncio.ensure_future(pipe(relay_r, upstream_w, 1 << 30))
+    asyncio.ensure_future(pipe(upstream_r, relay_w, budget))
+    return client_r, client_w
+
+
+def test_a_download_cut_by_a_relay_budget_resumes_where_it_stopped():
+    """3 MiB through a relay that resets every connection after 128 KiB: one stream cannot carry
+    it; resumed streams (each asking for the rest) can, and the whole still has to match the digest."""
+    data = os.urandom(3 << 20)
+    d = packet_digest(data)
+
+    async def main():
+        server = PacketServer("run", {d: data}.get, {})
+        single = Download("run", d, 16 << 20)
+        try:
+            await asyncio.wait_for(single.request(*await _cut_after(RELAY_BUDGET, server)), 10)
+            raise AssertionError("one stream carried more than the relay's budget")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        assert 0 < single.received < RELAY_BUDGET
+        resumed = Download("run", d, 16 << 20)
+        got = await asyncio.wait_for(download_packet(lambda: _cut_after(RELAY_BUDGET, server), resumed), 60)
+        return got, resumed
+
+    (got, reason), resumed = asyncio.run(main())
+    print(f"\n3 MiB through a 128 KiB relay: {resumed.resumes} resumes")
+    assert reason == "ok" and got == data
+    assert (3 << 20) // RELAY_BUDGET - 1 <= resumed.resumes <= (3 << 20) // MIN_RESUME_BYTES
+
+
+def test_a_cut_that_brings_too_little_or_a_changed_story_ends_the_download():
+    """Resuming is bounded: a stream cut before MIN_RESUME_BYTES ends the download (no endless
+    reconnects to a peer that cuts at once); a server that skips bytes or changes the size fails it."""
+    data = os.urandom(1 << 20)
+    d = packet_digest(data)
+
+    async def main():
+        server = PacketServer("run", {d: data}.get, {})
+        opened = 0
+
+        async def stingy():
+            nonlocal opened
+            opened += 1
+            return await _cut_after(MIN_RESUME_BYTES // 2, server)
+
+        try:
+            await asyncio.wait_for(download_packet(stingy, Download("run", d, 16 << 20)), 10)
+            raise AssertionError("a stream that brought too little was resumed")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+        liars = []
+
+        async def liar(header: dict):  # answers `header` and a few bytes, whatever was asked
+            a, b = socket.socketpair()
+            reader, writer = await asyncio.open_connection(sock=b)
+            a.sendall(encode_frame(header) + data[:100])
+            a.shutdown(socket.SHUT_WR)
+            liars.append(a)
+            return reader, writer
+
+        partial = Download("run", d, 16 << 20)
+        partial.buf, partial.received = bytearray(len(data)), 50
+        skipped = await Download.request(partial, *await liar({"status": "ok", "size": len(data), "offset": 80}))
+        resized = await Download.request(partial, *await liar({"status": "ok", "size": len(data) + 1, "offset": 0}))
+        return opened, skipped, resized
+
+    opened, skipped, resized = asyncio.run(main())
+    assert opened == 1 and skipped == (None, "error") and resized == (None, "mismatch")
+
+
+def test_the_server_sends_from_the_offset_asked():
+    data = os.urandom(300_000)
+    d = packet_digest(data)
+
+    async def ask(request: dict) -> tuple[dict, bytes]:
+        server = PacketServer("run", {d: data}.get, {})
+        reader, writer, task = await _pipe(server)
+        writer.write(encode_frame(request))
+        header = await _header(reader)
+        body = await reader.read()
+        writer.close()
+        await task
+        return header, body
+
+    async def main():
+        return [await ask({"run_id": "run", "digest": d, **extra})
+                for extra in ({}, {"offset": 123_456}, {"offset": len(data)}, {"offset": len(data) + 1},
+                              {"offset": -1}, {"offset": "7"})]
+
+    whole, middle, end, past, negative, text = asyncio.run(main())
+    assert whole == ({"status": "ok", "size": len(data), "offset": 0}, data)
+    assert middle == ({"status": "ok", "size": len(data), "offset": 123_456}, data[123_456:])
+    assert end == ({"status": "ok", "size": len(data), "offset": len(data)}, b"")
+    assert past[0] == negative[0] == text[0] == {"status": "bad_request"}
 
 
 def test_offers_keep_the_newest_packets():

@@ -2,8 +2,9 @@
 
 No hivemind here: `hivemind.py` supplies libp2p streams (opened to an authenticated peer id);
 this module only speaks the framing of protocol/SPEC.md (sections 11-12). One request per
-stream: the client sends {run_id, digest}, the server answers a header {status, size} and then
-`size` bytes of packet body, which the client checks against the digest.
+stream: the client sends {run_id, digest, offset}, the server answers a header {status, size,
+offset} and then the packet body from `offset` on; the client checks the whole against the digest.
+A download cut mid-body (a relay's budget ran out) resumes on a new stream where it stopped.
 
 The server bounds what streams can cost it (docs/RELIABILITY.md, issue 18 point 5): at most
 `MAX_STREAMS_PER_PEER` open streams per peer and `MAX_OPEN_STREAMS` in all; a stream beyond either
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from swarm_node import codec
 from swarm_node.net.records import (
@@ -30,33 +31,71 @@ logger = logging.getLogger(__name__)
 TIMEOUT, OVERSIZE, MISMATCH, ERROR = "timeout", "oversize", "mismatch", "error"
 MAX_STREAMS_PER_PEER = 4  # open fetch streams one peer may hold at once (an honest one uses 1)
 MAX_OPEN_STREAMS = 256  # open fetch streams in all
+MIN_RESUME_BYTES = 16 << 10  # a stream cut mid-body is resumed only if it brought at least this much
 NOFILE_IF_UNLIMITED = 1 << 20  # soft open-files limit raise_fd_limit sets when the hard limit is unlimited
 
 
-async def request_packet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, run_id: str, digest: str,
-                         max_bytes: int) -> tuple[bytes | None, str]:
-    """Client side of one fetch on an open stream: (data, "ok") or (None, reason). I/O errors raise;
-    the caller bounds the whole call with its fetch timeout."""
-    writer.write(encode_frame({"run_id": run_id, "digest": digest}))
-    await writer.drain()
-    header = decode_frame_body(await reader.readexactly(frame_length(await reader.readexactly(4))))
-    status = header.get("status")
-    if status != STATUS_OK:
-        return None, status if status in (STATUS_NOT_FOUND, STATUS_BUSY, STATUS_BAD_REQUEST) else ERROR
-    size = header.get("size")
-    if type(size) is not int or not 0 <= size <= max_bytes:
-        return None, OVERSIZE  # refused before allocating anything
-    buf, pos = bytearray(size), 0
-    with memoryview(buf) as view:
-        while pos < size:
-            chunk = await reader.read(min(CHUNK_BYTES, size - pos))
-            if not chunk:
-                raise asyncio.IncompleteReadError(b"", size - pos)
-            view[pos:pos + len(chunk)] = chunk
-            pos += len(chunk)
-    if codec.digest(buf) != digest:
-        return None, MISMATCH
-    return bytes(buf), STATUS_OK
+class Download:
+    """Client side: one packet arriving over one or more streams. A stream cut mid-body keeps the
+    bytes received so far, and the next `request` on a new stream asks only for the rest (`offset`).
+    Relayed libp2p connections need this: the relays in hivemind's p2pd reset a relayed connection
+    after 128 KiB per direction, whatever their flags say (protocol/SPEC.md section 12.1)."""
+
+    def __init__(self, run_id: str, digest: str, max_bytes: int):
+        self.run_id, self.digest, self.max_bytes = run_id, digest, max_bytes
+        self.buf: bytearray | None = None  # the packet, allocated once its size is known
+        self.received = 0  # bytes of `buf` filled, from the start
+        self.resumes = 0  # streams opened after a cut
+
+    async def request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[bytes | None, str]:
+        """One stream's worth: (data, "ok") once complete, (None, reason) on a refusal. A stream cut
+        mid-body raises (the caller bounds the whole download with its fetch timeout) and keeps the
+        progress for the next call."""
+        writer.write(encode_frame({"run_id": self.run_id, "digest": self.digest, "offset": self.received}))
+        await writer.drain()
+        header = decode_frame_body(await reader.readexactly(frame_length(await reader.readexactly(4))))
+        status = header.get("status")
+        if status != STATUS_OK:
+            return None, status if status in (STATUS_NOT_FOUND, STATUS_BUSY, STATUS_BAD_REQUEST) else ERROR
+        size, offset = header.get("size"), header.get("offset", 0)  # a server without resume sends it all
+        if type(size) is not int or not 0 <= size <= self.max_bytes:
+            return None, OVERSIZE  # refused before allocating anything
+        if self.buf is not None and size != len(self.buf):
+            return None, MISMATCH  # the same digest cannot have two sizes
+        if type(offset) is not int or not 0 <= offset <= self.received:
+            return None, ERROR  # bytes we never asked to skip
+        if self.buf is None:
+            self.buf = bytearray(size)
+        self.received = offset
+        with memoryview(self.buf) as view:
+            while self.received < size:
+                chunk = await reader.read(min(CHUNK_BYTES, size - self.received))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", size - self.received)
+                view[self.received:self.received + len(chunk)] = chunk
+                self.received += len(chunk)
+        if codec.digest(self.buf) != self.digest:
+            return None, MISMATCH
+        return bytes(self.buf), STATUS_OK
+
+
+async def download_packet(open_stream: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
+                          download: Download) -> tuple[bytes | None, str]:
+    """`download` to its end over streams from `open_stream()`: a stream cut mid-body is followed by a
+    new one asking for the rest, as long as the cut one brought at least `MIN_RESUME_BYTES` (a peer
+    that cuts early ends its download; a relay's 128 KiB budget brings ~100 KiB per stream). I/O
+    errors raise; the caller bounds the whole with its fetch timeout."""
+    while True:
+        reader, writer = await open_stream()
+        before = download.received
+        try:
+            return await download.request(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            if download.received - before < MIN_RESUME_BYTES:
+                raise
+            download.resumes += 1
+        finally:
+            writer.close()
 
 
 class StreamLimits:
@@ -122,24 +161,26 @@ class PacketServer:
             request = decode_frame_body(await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S))
         except FrameError:
             return await reply(STATUS_BAD_REQUEST)
-        digest, run_id = request.get("digest"), request.get("run_id")
-        if not is_digest(digest) or not isinstance(run_id, str):
+        digest, run_id, offset = request.get("digest"), request.get("run_id"), request.get("offset", 0)
+        if not is_digest(digest) or not isinstance(run_id, str) or type(offset) is not int or offset < 0:
             return await reply(STATUS_BAD_REQUEST)
         data = self.lookup(digest) if run_id == self.run_id else None
         if data is None:
             self.stats["serve_not_found"] = self.stats.get("serve_not_found", 0) + 1
             return await reply(STATUS_NOT_FOUND)
+        if offset > len(data):
+            return await reply(STATUS_BAD_REQUEST)
         if self.uploads >= MAX_CONCURRENT_UPLOADS:
             return await reply(STATUS_BUSY)
         self.uploads += 1
         try:
             view = memoryview(data)
-            await reply(STATUS_OK, size=len(view))
-            for off in range(0, len(view), CHUNK_BYTES):
+            await reply(STATUS_OK, size=len(view), offset=offset)
+            for off in range(offset, len(view), CHUNK_BYTES):
                 writer.write(view[off:off + CHUNK_BYTES])
                 await writer.drain()
-            self.stats["bytes_out"] = self.stats.get("bytes_out", 0) + len(view)
-            self.stats["packets_served"] = self.stats.get("packets_served", 0) + 1
+            self.stats["bytes_out"] = self.stats.get("bytes_out", 0) + len(view) - offset
+            self.stats["packets_served"] = self.stats.get("packets_served", 0) + 1  # to its end
         finally:
             self.uploads -= 1
 

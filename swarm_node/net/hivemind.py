@@ -47,7 +47,9 @@ from swarm_node.net.discovery import (
 from swarm_node.net.hivemind_internals import (
     cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping, wrap_rsa_key,
 )
-from swarm_node.net.fetch import ERROR, MISMATCH, OVERSIZE, TIMEOUT, Offers, PacketServer, raise_fd_limit, request_packet
+from swarm_node.net.fetch import (
+    ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, Offers, PacketServer, download_packet, raise_fd_limit,
+)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
@@ -69,7 +71,7 @@ MAX_BOOTSTRAP_RETRY_S = 300.0  # while alone, retries back off from bootstrap_re
 LOCAL_POLL_S = 0.05  # v2: collect re-reads the neighbors' announcements this often while waiting
 STARTUP_MARGIN_S = 30.0  # DHT creation and the first bootstrap, on top of swarm.start_timeout_s for p2pd
 STAT_KEYS = (
-    "bytes_in", "bytes_out", "packets_in", "packets_served", "fetch_failures", "fetch_timeouts",
+    "bytes_in", "bytes_out", "packets_in", "packets_served", "fetch_failures", "fetch_timeouts", "fetch_resumes",
     "fetch_not_found", "fetch_busy", "fetch_oversize", "digest_mismatches", "records_rejected",
     "records_published", "publish_failures", "bootstrap_attempts", "serve_not_found", "serve_errors",
     "announces_sent", "announces_received", "announce_bytes_out", "announce_bytes_in", "announces_refused",
@@ -424,25 +426,23 @@ class HivemindTransport:
             return None, STATUS_BAD_REQUEST
         if not is_digest(digest):
             return None, STATUS_BAD_REQUEST
-        writer = None
+        download = Download(self.cfg.run_id, digest, limit)
 
-        async def transfer() -> tuple[bytes | None, str]:
-            nonlocal writer
+        async def stream_to_peer() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
             info, reader, writer = await open_stream(self._p2p, pid, FETCH_PROTOCOL)
             if info.peer_id != pid:
-                return None, ERROR
-            return await request_packet(reader, writer, self.cfg.run_id, digest, limit)
+                writer.close()
+                raise SwarmError(f"a stream to {peer_id} reached {info.peer_id}")
+            return reader, writer
 
         try:
-            data, reason = await asyncio.wait_for(transfer(), max(0.01, timeout))
+            data, reason = await asyncio.wait_for(download_packet(stream_to_peer, download), max(0.01, timeout))
         except asyncio.TimeoutError:
             data, reason = None, TIMEOUT
         except Exception as e:
-            logger.debug("fetch %s from %s failed: %r", digest, peer_id, e)
+            logger.debug("fetch %s from %s failed after %d bytes: %r", digest, peer_id, download.received, e)
             data, reason = None, ERROR
-        finally:
-            if writer is not None:
-                writer.close()
+        self._stats["fetch_resumes"] += download.resumes
         self._count_fetch(peer_id, digest, data, reason, declared=max_bytes is not None)
         return data, reason
 

@@ -3,8 +3,9 @@
 A volunteer behind a home router cannot be dialled: its router forwards nothing inward. Such a
 node still opens connections outward, and libp2p's circuit relay v2 lets it *reserve* a slot at a
 reachable peer, so others dial it as `<relay addr>/p2p/<relay id>/p2p-circuit/p2p/<its id>`. Every
-node with `swarm.relay` on serves as a relay for others (p2pd's relay service: 16 MiB buffers,
-4 GiB and 30 min per relayed connection, so packets of several MiB cross it).
+node with `swarm.relay` on serves as a relay for others. A relayed connection carries 128 KiB
+per direction before the relay resets it (hivemind's p2pd ignores its relay-limit flags), so
+fetches over it resume on new streams (fetch.py, `Download`).
 
     reachability "public"   p2pd forces reachability public; with swarm.public_ip it announces
                             /ip4/<public_ip>/tcp/<port> (a router port-forward, a VPS).
