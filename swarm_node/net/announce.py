@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten)
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
+ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
 
 
@@ -267,7 +268,14 @@ class Mesh:
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
         """Up to n peers to dial, at random among those known; initial peers first while we have no
         neighbor at all (afterwards they are peers like others: a bootstrap node everyone names in
-        `--peers` must not be dialled by every node that runs short)."""
+        `--peers` must not be dialled by every node that runs short). A node with no neighbor at all
+        (cut off) retries every candidate within ISOLATED_RETRY_S, so it finds its way back soon
+        after a partition heals, however long the backoff grew during the cut."""
+        if not self.neighbors:
+            soon = now + ISOLATED_RETRY_S
+            for p, t in self.retry_at.items():
+                if t > soon:
+                    self.retry_at[p] = soon
         ok = [p for p in self.known if p not in self.neighbors and p not in busy and p != self.own_id
               and self.retry_at.get(p, 0.0) <= now]
         first = [p for p in ok if p in self.initial] if not self.neighbors else []
