@@ -246,8 +246,9 @@ class Chaos:
 
 # ------------------------------------------------------------------------------------------- the run
 def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: int = 2000, log=print,
-         staleness: int | None = None) -> dict:
-    """Run one chaos soak; returns {"links", "events", "invariants": [{name, ok, figure}], ...}."""
+         staleness: int | None = None, adversary: bool = True) -> dict:
+    """Run one chaos soak; returns {"links", "events", "invariants": [{name, ok, figure}], ...}.
+    `adversary=False` is the control: the same schedule without the hostile peer."""
     why = unavailable()
     if why:
         raise RuntimeError(f"network namespaces unavailable: {why}")
@@ -276,11 +277,13 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
         for name, host in hosts.items():
             nodes.append(Node(name, host, work, node_args(p, run_id, addr), holder if name == disk else None))
             nodes[-1].start()
-        evil = Proc(evil_host.cmd([sys.executable, str(C.REPO / "tests" / "adversary.py"), "--peers", addr, "--run-id",
-                                   run_id, "--model", model, "--group-size", "4", "--task-options", json.dumps(ARITH),
-                                   "--seconds", str(p["budget_s"]), "--until-round", str(p["rounds"]),
-                                   "--summary", str(work / "adversary.json")]))
-        others.append(("adversary", evil))
+        if adversary:
+            evil = Proc(evil_host.cmd([sys.executable, str(C.REPO / "tests" / "adversary.py"), "--peers", addr,
+                                       "--run-id", run_id, "--model", model, "--group-size", "4", "--task-options",
+                                       json.dumps(ARITH), "--seconds", str(p["budget_s"]), "--until-round",
+                                       str(p["rounds"]), "--summary", str(work / "adversary.json")]))
+            others.append(("adversary", evil))
+        result["adversary"] = adversary
         monitor = Monitor(nodes)
         monitor.start()
         chaos = Chaos(p, rng, t0 + p["budget_s"], nodes, net, log)
@@ -463,8 +466,9 @@ def check(p: dict, nodes: list[Node], others: list, events: list[dict], stopped:
             for k, v in r.items():
                 if k.startswith("swarm/rejected/"):
                     rejected[k[15:]] = rejected.get(k[15:], 0) + v
-    res.append(inv("adversary joined and its packets are rejected", evil is not None and
-                   any(x.startswith("ADVERSARY") for x in evil.lines) and sum(rejected.values()) > 0, f"{rejected}"))
+    if evil is not None:  # absent only in a control run (--no-adversary)
+        res.append(inv("adversary joined and its packets are rejected", evil is not None and
+                       any(x.startswith("ADVERSARY") for x in evil.lines) and sum(rejected.values()) > 0, f"{rejected}"))
     res.append(inv(f"stops by itself within {p['budget_s']} s", stopped, error or "every node and the adversary exited"))
     return {"invariants": res, "accuracy": acc, "rss_max": rss, "fd_life": growth, "rejected": rejected}
 
@@ -481,6 +485,8 @@ def main() -> int:
     ap.add_argument("--rate-kbit", type=int, default=2000, help="tbf rate of one (seeded) node's link")
     ap.add_argument("--work", default="/tmp/swarm-node-chaos", help="node output directories (kept for inspection)")
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/chaos_<profile>.json)")
+    ap.add_argument("--no-adversary", action="store_true",
+                    help="control run without the hostile peer (tells its effect on accuracy from training drift)")
     args = ap.parse_args()
     profile = args.profile or ("full" if args.full else "quick")
     C.single_thread()
@@ -488,7 +494,8 @@ def main() -> int:
     print(C.describe_load(info))
     work = Path(args.work) / f"{profile}-s{args.seed}"
     subprocess.run(["rm", "-rf", str(work)], check=False)
-    result = soak(profile, args.seed, work, args.loss, args.rate_kbit, staleness=args.staleness)
+    result = soak(profile, args.seed, work, args.loss, args.rate_kbit, staleness=args.staleness,
+                  adversary=not args.no_adversary)
     for item in result["invariants"]:
         print(f"{'PASS' if item['ok'] else 'FAIL'}  {item['name']}: {item['figure']}")
     path = C.write_results(f"chaos_{profile}", result, args, info, started, out=args.out)
