@@ -39,7 +39,7 @@ import psutil
 import _common as C
 
 sys.path.insert(0, str(C.REPO / "tests"))
-from netns import Internet, leftover_namespaces, measure_link, unavailable  # noqa: E402
+from netns import Internet, leftover_namespaces, measure_link, tmpfs_holder, unavailable  # noqa: E402
 from procs import Proc  # noqa: E402
 from swarm_node.metrics import read_metrics  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
@@ -146,19 +146,6 @@ class Monitor(threading.Thread):
         node.samples.append({"t": now, "life": len(node.lives) - 1, "round": node.round(), "rss": rss, "fds": fds})
 
 
-# ------------------------------------------------------------------------------------------- the network
-def disk_holder(host, ckpt: Path, seconds: float) -> subprocess.Popen:
-    """A process in `host`'s network namespace and a private mount namespace with a 16 MiB tmpfs on `ckpt`."""
-    ckpt.mkdir(parents=True, exist_ok=True)
-    script = f"mount -t tmpfs -o size=16m tmpfs {ckpt} && echo mounted && exec sleep {int(seconds)}"
-    holder = subprocess.Popen(host.cmd(["unshare", "-m", "--propagation", "private", "sh", "-c", script]),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    line = holder.stdout.readline()
-    if "mounted" not in line:
-        raise RuntimeError(f"cannot mount a tmpfs in a private mount namespace: {line.strip()}")
-    return holder
-
-
 # ------------------------------------------------------------------------------------------- the faults
 class Chaos:
     def __init__(self, p: dict, rng: random.Random, t_end: float, nodes: list[Node], net: Internet, log):
@@ -247,8 +234,8 @@ class Chaos:
 # ------------------------------------------------------------------------------------------- the run
 def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: int = 2000, log=print,
          staleness: int | None = None, adversary: bool = True) -> dict:
-    """Run one chaos soak; returns {"links", "events", "invariants": [{name, ok, figure}], ...}.
-    `adversary=False` is the control: the same schedule without the hostile peer."""
+    """Run one chaos soak (`adversary=False`: the control, without the hostile peer); returns
+    {"links", "events", "invariants": [{name, ok, figure}], ...}."""
     why = unavailable()
     if why:
         raise RuntimeError(f"network namespaces unavailable: {why}")
@@ -273,17 +260,17 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
                                      relay_host.ip, "--run-id", run_id, "--out", str(work / "relay")]), work / "relay")
         others.append(("relay", relay))
         addr = relay.address()
-        holder = disk_holder(hosts[disk], work / disk / "checkpoints", p["budget_s"] + 60)
+        holder = tmpfs_holder(hosts[disk], work / disk / "checkpoints", "16m", p["budget_s"] + 60)
         for name, host in hosts.items():
             nodes.append(Node(name, host, work, node_args(p, run_id, addr), holder if name == disk else None))
             nodes[-1].start()
-        if adversary:
+        evil = None
+        if adversary:  # the control run (--no-adversary) has none
             evil = Proc(evil_host.cmd([sys.executable, str(C.REPO / "tests" / "adversary.py"), "--peers", addr,
                                        "--run-id", run_id, "--model", model, "--group-size", "4", "--task-options",
                                        json.dumps(ARITH), "--seconds", str(p["budget_s"]), "--until-round",
                                        str(p["rounds"]), "--summary", str(work / "adversary.json")]))
             others.append(("adversary", evil))
-        result["adversary"] = adversary
         monitor = Monitor(nodes)
         monitor.start()
         chaos = Chaos(p, rng, t0 + p["budget_s"], nodes, net, log)
@@ -300,13 +287,15 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
                 fault(by[victims[fault.__name__]])
             for node in nodes:
                 node.proc.proc.wait(chaos.left())
-            evil.proc.wait(max(1.0, min(60.0, chaos.left())))
+            if evil is not None:
+                evil.proc.wait(max(1.0, min(60.0, chaos.left())))
         except (TimeoutError, subprocess.TimeoutExpired) as e:
             error = f"out of budget: {e}; rounds then {[n.round() for n in nodes]}"
             log(error)
             for node in nodes:  # nothing may write checkpoints while they are checked
                 node.proc.kill()
-        stopped_by_itself = error is None and all(n.proc.proc.poll() is not None for n in nodes) and evil.proc.poll() is not None
+        everyone = [n.proc for n in nodes] + ([evil] if evil is not None else [])
+        stopped_by_itself = error is None and all(x.proc.poll() is not None for x in everyone)
         result["wall_s"], result["soak_s"] = round(time.time() - started, 1), round(time.time() - t0, 1)
         result["events"] = chaos.events
         relay.proc.terminate(), relay.proc.wait(30)

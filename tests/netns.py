@@ -228,6 +228,19 @@ def measure_link(tcp_from: Host, udp_from: Host, to: Host) -> dict:
             "netem": netem.stderr.strip() or "available"}
 
 
+def tmpfs_holder(host: Host, path, size: str, seconds: float) -> subprocess.Popen:
+    """A process in `host`'s network namespace and its own private mount namespace, holding a tmpfs of
+    `size` (e.g. "16m") on `path` for `seconds`; others enter it with `nsenter -t PID -m -n`."""
+    os.makedirs(path, exist_ok=True)
+    script = f"mount -t tmpfs -o size={size} tmpfs {path} && echo mounted && exec sleep {int(seconds)}"
+    holder = subprocess.Popen(host.cmd(["unshare", "-m", "--propagation", "private", "sh", "-c", script]),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    line = holder.stdout.readline()
+    if "mounted" not in line:
+        raise RuntimeError(f"cannot mount a tmpfs in a private mount namespace: {line.strip()}")
+    return holder
+
+
 def leftover_namespaces(prefix: str) -> list[str]:
     """Namespaces named `<prefix>-*` that still exist."""
     return [line.split()[0] for line in _sh("ip", "netns", "list").stdout.splitlines()
