@@ -59,24 +59,34 @@ def test_fetch_protocol_over_plain_streams():
 RELAY_BUDGET = 128 << 10  # what the relays in hivemind's p2pd let through per direction per connection
 
 
-async def _cut_after(budget: int, server: PacketServer):
-    """A client (reader, writer) whose stream to `server` passes through a relay that forwards at
-    most `budget` bytes of the response, then resets both sides (as go-libp2p's circuit relay does)."""
-    (client_r, client_w), (relay_r, relay_w) = [await asyncio.open_connection(sock=s) for s in socket.socketpair()]
-    (upstream_r, upstream_w), server_side = [await asyncio.open_connection(sock=s) for s in socket.socketpair()]
-    asyncio.ensure_future(server.handle(*server_side, "QmCut"))
+class CuttingRelay:
+    """Streams to `server` through a relay that forwards at most `budget` bytes of each response,
+    then resets both sides (as go-libp2p's circuit relay does with its default limits)."""
 
-    async def pipe(src, dst, limit):
-        while limit > 0 and (chunk := await src.read(min(65536, limit))):
-            dst.write(chunk)
-            await dst.drain()
-            limit -= len(chunk)
-        for w in (relay_w, upstream_w):
-            w.transport.abort()
+    def __init__(self, budget: int, server: PacketServer):
+        self.budget, self.server = budget, server
+        self.tasks: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
+        self.opened = 0
 
-    asyncio.ensure_future(pipe(relay_r, upstream_w, 1 << 30))
-    asyncio.ensure_future(pipe(upstream_r, relay_w, budget))
-    return client_r, client_w
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        self.opened += 1
+        (client_r, client_w), (relay_r, relay_w) = [await asyncio.open_connection(sock=s) for s in socket.socketpair()]
+        (upstream_r, upstream_w), server_side = [await asyncio.open_connection(sock=s) for s in socket.socketpair()]
+
+        async def pipe(src, dst, limit):
+            while limit > 0 and (chunk := await src.read(min(65536, limit))):
+                dst.write(chunk)
+                await dst.drain()
+                limit -= len(chunk)
+            for w in (relay_w, upstream_w):
+                w.transport.abort()
+
+        for coro in (self.server.handle(*server_side, "QmCut"), pipe(relay_r, upstream_w, 1 << 30),
+                     pipe(upstream_r, relay_w, self.budget)):
+            task = asyncio.ensure_future(coro)
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        return client_r, client_w
 
 
 def test_a_download_cut_by_a_relay_budget_resumes_where_it_stopped():
@@ -86,16 +96,16 @@ def test_a_download_cut_by_a_relay_budget_resumes_where_it_stopped():
     d = packet_digest(data)
 
     async def main():
-        server = PacketServer("run", {d: data}.get, {})
+        relay = CuttingRelay(RELAY_BUDGET, PacketServer("run", {d: data}.get, {}))
         single = Download("run", d, 16 << 20)
         try:
-            await asyncio.wait_for(single.request(*await _cut_after(RELAY_BUDGET, server)), 10)
+            await asyncio.wait_for(single.request(*await relay.connect()), 10)
             raise AssertionError("one stream carried more than the relay's budget")
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         assert 0 < single.received < RELAY_BUDGET
         resumed = Download("run", d, 16 << 20)
-        got = await asyncio.wait_for(download_packet(lambda: _cut_after(RELAY_BUDGET, server), resumed), 60)
+        got = await asyncio.wait_for(download_packet(relay.connect, resumed), 60)
         return got, resumed
 
     (got, reason), resumed = asyncio.run(main())
@@ -111,16 +121,9 @@ def test_a_cut_that_brings_too_little_or_a_changed_story_ends_the_download():
     d = packet_digest(data)
 
     async def main():
-        server = PacketServer("run", {d: data}.get, {})
-        opened = 0
-
-        async def stingy():
-            nonlocal opened
-            opened += 1
-            return await _cut_after(MIN_RESUME_BYTES // 2, server)
-
+        stingy = CuttingRelay(MIN_RESUME_BYTES // 2, PacketServer("run", {d: data}.get, {}))
         try:
-            await asyncio.wait_for(download_packet(stingy, Download("run", d, 16 << 20)), 10)
+            await asyncio.wait_for(download_packet(stingy.connect, Download("run", d, 16 << 20)), 10)
             raise AssertionError("a stream that brought too little was resumed")
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -139,7 +142,7 @@ def test_a_cut_that_brings_too_little_or_a_changed_story_ends_the_download():
         partial.buf, partial.received = bytearray(len(data)), 50
         skipped = await Download.request(partial, *await liar({"status": "ok", "size": len(data), "offset": 80}))
         resized = await Download.request(partial, *await liar({"status": "ok", "size": len(data) + 1, "offset": 0}))
-        return opened, skipped, resized
+        return stingy.opened, skipped, resized
 
     opened, skipped, resized = asyncio.run(main())
     assert opened == 1 and skipped == (None, "error") and resized == (None, "mismatch")

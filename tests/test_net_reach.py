@@ -21,7 +21,6 @@ from netns import Internet, leftover_namespaces, unavailable
 from procs import Proc
 
 TESTS = Path(__file__).parent
-RELAY_BUDGET = 128 << 10  # bytes per direction a relay in hivemind's p2pd lets through one relayed connection
 
 
 # ---- pure parts ------------------------------------------------------------------------------------------
@@ -179,8 +178,9 @@ def test_two_nodes_behind_nat_train_on_each_others_groups_through_a_relay(tmp_pa
 @needs_netns
 def test_a_packet_over_one_mib_crosses_the_relay(tmp_path, procs):
     """A 3 MiB packet offered by a node behind NAT reaches a node behind another NAT, through the
-    relay, byte for byte. The relay resets a relayed connection after 128 KiB (hivemind's p2pd
-    ignores its -relayDataLimit), so the download resumes on new streams (net/fetch.py)."""
+    relay, byte for byte. The relay usually resets a relayed connection after 128 KiB (hivemind's
+    p2pd; SPEC §12.1), so the download resumes on new streams: 31 resumes in most runs here, 0 in
+    a run where the relay got its configured 4 GiB limit (both printed as `resumes`)."""
     prefix = f"sbig{__import__('os').getpid() % 1000}"
     with Internet(prefix) as net:
         public, a_host, b_host = net.host("relay"), net.nat_host("a"), net.nat_host("b")
@@ -194,7 +194,6 @@ def test_a_packet_over_one_mib_crosses_the_relay(tmp_path, procs):
         got = json.loads(fetch.wait_line("FETCHED").split(" ", 1)[1])
         print(f"\n{got}")
         assert got["digests"] == [digest] and got["sizes"] == [3 << 20], fetch.text() + offer.text()
-        assert got["resumes"] >= (3 << 20) // RELAY_BUDGET - 1  # the relay cut it every 128 KiB
         assert got["reachability"].startswith("behind NAT")
     assert leftover_namespaces(prefix) == []
 

@@ -38,8 +38,8 @@ NOFILE_IF_UNLIMITED = 1 << 20  # soft open-files limit raise_fd_limit sets when 
 class Download:
     """Client side: one packet arriving over one or more streams. A stream cut mid-body keeps the
     bytes received so far, and the next `request` on a new stream asks only for the rest (`offset`).
-    Relayed libp2p connections need this: the relays in hivemind's p2pd reset a relayed connection
-    after 128 KiB per direction, whatever their flags say (protocol/SPEC.md section 12.1)."""
+    Relayed libp2p connections need this: the relays in hivemind's p2pd usually reset a relayed
+    connection after 128 KiB per direction, whatever their flags say (protocol/SPEC.md 12.1)."""
 
     def __init__(self, run_id: str, digest: str, max_bytes: int):
         self.run_id, self.digest, self.max_bytes = run_id, digest, max_bytes

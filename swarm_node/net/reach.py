@@ -3,9 +3,9 @@
 A volunteer behind a home router cannot be dialled: its router forwards nothing inward. Such a
 node still opens connections outward, and libp2p's circuit relay v2 lets it *reserve* a slot at a
 reachable peer, so others dial it as `<relay addr>/p2p/<relay id>/p2p-circuit/p2p/<its id>`. Every
-node with `swarm.relay` on serves as a relay for others. A relayed connection carries 128 KiB
-per direction before the relay resets it (hivemind's p2pd ignores its relay-limit flags), so
-fetches over it resume on new streams (fetch.py, `Download`).
+node with `swarm.relay` on serves as a relay for others. A relayed connection usually carries
+128 KiB per direction before the relay resets it (hivemind's p2pd registers its relay service a
+second time with go-libp2p's defaults), so fetches over it resume on new streams (fetch.py).
 
     reachability "public"   p2pd forces reachability public; with swarm.public_ip it announces
                             /ip4/<public_ip>/tcp/<port> (a router port-forward, a VPS).
