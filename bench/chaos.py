@@ -456,7 +456,7 @@ def check(p: dict, nodes: list[Node], others: list, events: list[dict], stopped:
                 if k.startswith("swarm/rejected/"):
                     rejected[k[15:]] = rejected.get(k[15:], 0) + v
     if evil is not None:  # absent only in a control run (--no-adversary)
-        res.append(inv("adversary joined and its packets are rejected", evil is not None and
+        res.append(inv("adversary joined and its packets are rejected",
                        any(x.startswith("ADVERSARY") for x in evil.lines) and sum(rejected.values()) > 0, f"{rejected}"))
     res.append(inv(f"stops by itself within {p['budget_s']} s", stopped, error or "every node and the adversary exited"))
     return {"invariants": res, "accuracy": acc, "rss_max": rss, "fd_life": growth, "rejected": rejected}

@@ -16,7 +16,9 @@ import pytest
 
 from swarm_node.codec import digest as packet_digest
 from swarm_node.net import SwarmError
-from swarm_node.net.announce import Mesh, MeshDriver, MeshParams, OldVersion, fanout
+from swarm_node.net.announce import (
+    ISOLATED_RETRY_S, MAX_RETRY_S, Mesh, MeshDriver, MeshParams, OldVersion, fanout,
+)
 from swarm_node.net.discovery import MEMBER_TARGET, MemberDirectory, RecordValidator, parse_initial_peers, write_probability
 from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
 from swarm_node.net.identity import load_or_create_identity, peer_id_of
@@ -219,8 +221,6 @@ def test_candidates_backoff_and_peer_exchange():
 def test_a_node_with_no_neighbor_retries_every_candidate_soon():
     """Backoff spares peers that keep failing; a node cut off from everyone has nothing to spare, so
     while it has no neighbor no candidate waits longer than ISOLATED_RETRY_S."""
-    from swarm_node.net.announce import ISOLATED_RETRY_S, MAX_RETRY_S
-
     mesh = Mesh("QmMe", "r", 1, PARAMS, initial={"QmBoot": ["/ip4/1.2.3.4/tcp/1"]}, rng=random.Random(1))
     assert mesh.on_reply("QmX", {"status": "ok", **_ann()}, 0.0) == "ok"
     for _ in range(8):  # QmBoot fails while QmX is a neighbor: its backoff grows to the maximum
