@@ -188,8 +188,8 @@ class TrainConfig:
     """Evaluate greedy pass@1 every this many rounds (and after the last); 0 = only at start and end."""
     checkpoint_every: int = 5
     """Write a checkpoint every this many rounds (and after the last); 0 = only at the end."""
-    seed: int = 0
-    """Seed for prompt sampling and generation."""
+    seed: int | None = None
+    """Seed for prompt sampling and generation; None = 0 alone, the peer id in a swarm (rollout.draws_key)."""
     warmstart_steps: int | None = None
     """Supervised steps on reference completions before RL (None = 600 for tiny presets, 0 for real models)."""
     warmstart_lr: float = 1e-3

@@ -4,9 +4,10 @@
               -> evaluate (every k rounds) -> log one metrics row -> checkpoint
 
 Round 0 is the starting point (held-out accuracy before any RL); rounds 1..N train. A
-checkpoint after round r resumes at r + 1 with the same prompts and sampling seeds and the
-optimizer state. Alone (`swarm-node train`) the swarm stages are skipped; in a swarm
-(`swarm-node join`) `connect(model_id, tokenizer_fingerprint)` builds the transport.
+checkpoint after round r resumes at r + 1 with the same prompts and sampling seeds (a swarm node
+without `train.seed` draws them from its peer id: given the same --identity) and the optimizer
+state. Alone (`swarm-node train`) the swarm stages are skipped; in a swarm (`swarm-node join`)
+`connect(model_id, tokenizer_fingerprint)` builds the transport.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from swarm_node.metrics import MetricsWriter, drop_rounds_after, summary_line
 from swarm_node.models import plan_node_memory
 from swarm_node.net import Transport
 from swarm_node.rollout import (OWN, RolloutBuffer, combine, format_fail_frac, generate_groups, group_stats,
-                                prompt_tokens, round_examples, round_seed)
+                                draws_key, prompt_tokens, round_examples, round_seed)
 from swarm_node.sampling import Sampler
 from swarm_node.sampling.hf import HFSampler
 from swarm_node.sampling.mismatch import own_sample_mismatch
@@ -129,7 +130,7 @@ def build_sampler(cfg: NodeConfig, policy: Policy) -> Sampler:
 
     kind = default_sampler() if cfg.model.sampler == "auto" else cfg.model.sampler
     log.info("sampler: %s", kind)
-    return HFSampler(policy) if kind == "hf" else VLLMSampler(policy, seed=cfg.train.seed)
+    return HFSampler(policy) if kind == "hf" else VLLMSampler(policy, seed=cfg.train.seed or 0)
 
 
 def check_memory(cfg: NodeConfig, policy: Policy, prompt_len: int) -> None:
@@ -169,7 +170,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
         drop_rounds_after(out / "metrics.jsonl", p.first - 1)
     buffer = RolloutBuffer(cfg.swarm.max_peer_groups, cfg.swarm.peer_groups_per_own, cfg.swarm.max_peer_share,
                            horizontal=cfg.swarm.mode == "horizontal")
-    prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{cfg.train.seed}"
+    draws = draws_key(cfg.train.seed, exchange.transport.peer_id if exchange is not None else None)
+    prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{draws}"
     metrics, tracker, rows, last = None, None, [], cfg.train.rounds
     status.update(state="running", round=p.first - 1, policy_version=trainer.policy_version)
     finished = False
@@ -183,7 +185,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 # ---------------------------------------------------------------- generate
                 t = time.perf_counter()
                 examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key)
-                own = generate_groups(sampler, policy, p.task, examples, cfg.rollout, round_seed(cfg.train.seed, r))
+                own = generate_groups(sampler, policy, p.task, examples, cfg.rollout, round_seed(draws, r))
                 buffer.add(own, OWN, trainer.policy_version, r)
                 row.update(group_stats(own), **format_fail_frac(own, p.task, policy), **{M.TIME_GENERATE: time.perf_counter() - t})
                 if not isinstance(sampler, HFSampler):  # HF samples are the trainer's own: ratio 1 by construction

@@ -44,9 +44,22 @@ def round_examples(task: Task, round_index: int, k: int, key: str) -> list[Examp
     return [train[i] for i in rng.sample(range(len(train)), k)]
 
 
-def round_seed(seed: int, round_index: int) -> int:
-    """The sampling seed of a round: a pure function of (seed, round), so a resumed run repeats nothing."""
-    return random.Random(f"sample/{seed}/{round_index}").getrandbits(63)
+def draws_key(seed: int | None, peer_id: str | None) -> str:
+    """What a node's prompts and sampling seeds derive from: `train.seed` when set (reproducible,
+    paired runs; give every node its own); unset, a swarm node's peer id, and 0 alone.
+
+    Nodes left at one default seed would draw the same prompts with the same sampling seeds, and
+    with the same warm start offer each other copies of their own groups (rejected as echoes). The
+    peer id is stable across `--resume` given the same `--identity`.
+    """
+    if seed is not None:
+        return str(seed)
+    return f"peer/{peer_id}" if peer_id is not None else "0"
+
+
+def round_seed(key: int | str, round_index: int) -> int:
+    """The sampling seed of a round: a pure function of (key, round), so a resumed run repeats nothing."""
+    return random.Random(f"sample/{key}/{round_index}").getrandbits(63)
 
 
 def prompt_tokens(policy: Policy, task: Task, example: Example) -> list[int]:

@@ -7,6 +7,7 @@ import torch
 import yaml
 
 from swarm_node.backend import Policy
+from swarm_node.codec import decode
 from swarm_node.config import ModelConfig
 
 from swarm_node.config import load_config
@@ -66,7 +67,16 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
     from swarm_node.tasks import load_task
     from swarm_node.warmstart import warmstarted_model
 
-    network, rows, errors = MemoryNetwork(), {}, []
+    class RecordingNetwork(MemoryNetwork):
+        def __init__(self):
+            super().__init__()
+            self.served: dict[str, dict[str, bytes]] = {}  # every packet each node ever served
+
+        def serve_as(self, peer_id: str, packets: dict[str, bytes]) -> None:
+            self.served.setdefault(peer_id, {}).update(packets)
+            super().serve_as(peer_id, packets)
+
+    network, rows, errors = RecordingNetwork(), {}, []
     # staleness 0: each round uses exactly the peer's packet of that round (lockstep).
     # A warm start gives the tiny models some reward signal, so groups carry non-zero advantages;
     # it is cached once here (both nodes share the recipe), which also imports transformers' model
@@ -83,14 +93,15 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
 
     monkeypatch.setattr(node_module, "load_policy", load_one_at_a_time)
 
-    def node(name: str, seed: int) -> None:
-        cfg = load_config(None, common + [f"train.seed={seed}", f"name={name}", f"out={tmp_path / name}"])
+    def node(name: str) -> None:
+        cfg = load_config(None, common + [f"name={name}", f"out={tmp_path / name}"])
         try:
             rows[name] = run(cfg, connect=lambda model_id, tok: MemoryTransport(network, f"Qm{name}", model_id, tok))
         except BaseException as e:  # surfaced by the assertion below
             errors.append(e)
 
-    threads = [threading.Thread(target=node, args=(name, seed)) for name, seed in (("A", 0), ("B", 1))]
+    # no train.seed on either, as volunteers run: their prompts must still differ (rollout.draws_key)
+    threads = [threading.Thread(target=node, args=(name,)) for name in ("A", "B")]
     for t in threads:
         t.start()
     for t in threads:
@@ -105,3 +116,7 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
             assert row["swarm/packets_rejected"] == 0 and row["swarm/packet_bytes_out"] > 0
         status = json.loads((tmp_path / name / "status.json").read_text())
         assert status["state"] == "finished" and status["peer_id"] == f"Qm{name}" and status["round"] == 2
+    prompts = {name: {p.round: {g.example_id for g in p.groups} for p in map(decode, network.served[f"Qm{name}"].values())}
+               for name in ("A", "B")}
+    assert set(prompts["A"]) == set(prompts["B"]) == {1, 2}
+    assert all(not prompts["A"][r] & prompts["B"][r] for r in (1, 2)), prompts

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from swarm_node.config import RolloutConfig
-from swarm_node.rollout import (OWN, RolloutBuffer, combine, generate_groups, group_stats, prompt_tokens, round_examples,
-                                round_seed, score)
+from swarm_node.rollout import (OWN, RolloutBuffer, combine, draws_key, generate_groups, group_stats, prompt_tokens,
+                                round_examples, round_seed, score)
 from swarm_node.sampling.hf import HFSampler
 
 
@@ -62,6 +62,14 @@ def test_group_stats(tiny_policy, arith):
 def test_round_seed_is_a_pure_function_of_seed_and_round():
     assert round_seed(0, 3) == round_seed(0, 3)
     assert len({round_seed(0, 3), round_seed(0, 4), round_seed(1, 3)}) == 3
+
+
+def test_nodes_without_a_seed_draw_their_own_prompts_and_samples(arith):
+    alone, a, b = draws_key(None, None), draws_key(None, "QmA"), draws_key(None, "QmB")
+    assert alone == "0" and round_seed(alone, 3) == round_seed(0, 3)  # alone: seed 0, as before
+    assert draws_key(7, "QmA") == draws_key(7, "QmB") == "7"  # a set seed: the same draws wherever it runs
+    assert round_seed(a, 3) != round_seed(b, 3)
+    assert round_examples(arith, 3, 4, f"node/{a}") != round_examples(arith, 3, 4, f"node/{b}")
 
 
 def test_buffer_takes_own_groups_and_a_fair_share_of_peer_groups():
