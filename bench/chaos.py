@@ -1,11 +1,12 @@
 """Chaos soak: a swarm on a bad network, with crashes, freezes, a partition, a full disk and a hostile peer.
 
-Four `swarm-node join` nodes (tiny-s, arith, the cached 600-step warm start), each in its own network
+Four `swarm-node join` nodes (tiny-s, arith, the demo's cached warm start), each in its own network
 namespace on a bridge "internet" (tests/netns.py): three public hosts and one behind a masquerading
 NAT that serves through a `swarm-node relay` on a fourth public host; `tests/adversary.py` (attack
-mode) joins from a fifth. Every node's link drops --loss % of its packets (nftables), one node's is
-rate-limited (tc tbf), both measured on the wire first. No latency: this kernel has no sch_netem
-(`tc ... netem` says "Error: Specified qdisc kind is unknown.").
+mode) joins from a fifth. Every node's link (and the relay's) delays what it sends by a seeded
+--delay-ms LOW..HIGH with +- --jitter-ms (tests/wire.py, a userspace netem: this kernel has no
+sch_netem), every node's drops --loss % of its packets (nftables), one node's is rate-limited
+(tc tbf); rate, loss and one round trip are measured on the wire first.
 A seeded schedule (random.Random(--seed) picks the victims) then injects, one after another:
 
   kill     kill -9 a node's process group mid-round; restart it with its --identity and --resume
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -45,6 +47,9 @@ from swarm_node.metrics import read_metrics  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
 
 ARITH = {"digits": 2, "second_digits": 1}
+# The demo's warm start (cached). GRPO alone learns from it (pass@1 0.148 -> 0.23-0.29 in 75 rounds);
+# from the 600-step one it loses (0.172 -> 0.12-0.15 at lr 5e-6..2e-5, G 4 or 12), hiding any poisoning.
+WARMSTART = "train.warmstart_steps=800"
 PROFILES = {  # rounds of the run, its wall budget, the round deadline, the split's length (s)
     "test": {"rounds": 75, "budget_s": 230, "deadline_s": 2.0, "split_s": 20, "eval_n": 500},
     "quick": {"rounds": 190, "budget_s": 540, "deadline_s": 2.0, "split_s": 40, "eval_n": 500},
@@ -59,7 +64,7 @@ Z = 3.0  # standard errors of the accuracy tolerance
 def node_args(p: dict, run_id: str, peers: str) -> list[str]:
     sets = ["threads=1", f"task.options={json.dumps(ARITH)}", "rollout.group_size=4", "rollout.prompts_per_round=2",
             "train.lr=2e-5", f"task.eval_limit={p['eval_n']}",
-            "train.eval_every=0", "train.checkpoint_every=1", "train.warmstart_steps=600", "swarm.min_peers=16",
+            "train.eval_every=0", "train.checkpoint_every=1", WARMSTART, "swarm.min_peers=16",
             f"swarm.deadline_s={p['deadline_s']}", "swarm.fetch_timeout_s=2", "swarm.linger_s=3",
             *([f"swarm.staleness={p['staleness']}"] if p.get("staleness") is not None else [])]
     return ["--model", "tiny-s", "--run-id", run_id, "--rounds", str(p["rounds"]), "--peers", peers,
@@ -71,8 +76,7 @@ def warm_start() -> str:
     from swarm_node.tasks import load_task
     from swarm_node.warmstart import warmstarted_model
 
-    cfg = load_config(None, ["model.name=tiny-s", f"task.options={json.dumps(ARITH)}", "train.warmstart_steps=600",
-                             "threads=1"])
+    cfg = load_config(None, ["model.name=tiny-s", f"task.options={json.dumps(ARITH)}", WARMSTART, "threads=1"])
     return warmstarted_model(cfg, load_task("arith", None, **ARITH))
 
 
@@ -108,9 +112,6 @@ class Node:
 
     def round(self) -> int:
         return max(self.seen, default=-1)
-
-    def forget_after(self, last: int) -> None:
-        self.seen = {r: t for r, t in self.seen.items() if r <= last}
 
 
 class Monitor(threading.Thread):
@@ -176,7 +177,7 @@ class Chaos:
         time.sleep(self.rng.uniform(0.1, 0.5) * max(0.3, node.seen[node.round()][1].get("time/round_s", 1.0)))
 
     def restart(self, node: Node, expect_next: int) -> None:
-        node.forget_after(expect_next - 1)
+        node.seen = {r: t for r, t in node.seen.items() if r < expect_next}
         node.expected_resume.append(expect_next)
         node.start(resume=True)
 
@@ -233,11 +234,11 @@ class Chaos:
 
 # ------------------------------------------------------------------------------------------- the run
 def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: int = 2000, log=print,
-         staleness: int | None = None, adversary: bool = True) -> dict:
+         staleness: int | None = None, adversary: bool = True, delay_ms: tuple[float, float] = (50.0, 150.0),
+         jitter_ms: float = 10.0) -> dict:
     """Run one chaos soak (`adversary=False`: the control, without the hostile peer); returns
     {"links", "events", "invariants": [{name, ok, figure}], ...}."""
-    why = unavailable()
-    if why:
+    if why := unavailable():
         raise RuntimeError(f"network namespaces unavailable: {why}")
     p, started = {**PROFILES[profile], "staleness": staleness}, time.time()
     model = warm_start()
@@ -251,9 +252,14 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
         hosts = {f"n{i}": net.host(f"n{i}") for i in range(3)} | {"n3": net.nat_host("n3")}
         publics = ["n0", "n1", "n2"]
         disk, shaped = rng.choice(publics), rng.choice(list(hosts))
+        delay_rng = random.Random(f"delays-{seed}")  # its own stream: the victims stay those of earlier runs
+        delays = {name: round(delay_rng.uniform(*delay_ms), 1) for name in [*hosts, "relay"]}
         for name, host in hosts.items():
-            net.shape(host, loss_pct=loss_pct, rate_kbit=rate_kbit if name == shaped else None)
-        result["links"] = {"loss_pct": loss_pct, "shaped": shaped, "tbf_rate_kbit": rate_kbit,
+            net.shape(host, loss_pct=loss_pct, rate_kbit=rate_kbit if name == shaped else None,
+                      delay_ms=delays[name], jitter_ms=jitter_ms, seed=seed)
+        net.shape(relay_host, delay_ms=delays["relay"], jitter_ms=jitter_ms, seed=seed)
+        result["links"] = {"loss_pct": loss_pct, "shaped": shaped, "tbf_rate_kbit": rate_kbit, "delay_ms": delays,
+                           "jitter_ms": jitter_ms, "rtt_expected_ms": round(delays[shaped] + delays["relay"], 1),
                            **measure_link(hosts[shaped], hosts[next(n for n in hosts if n != shaped)], relay_host)}
         log(f"links: {result['links']}")
         relay = Proc(relay_host.cmd([sys.executable, "-m", "swarm_node", "relay", "--port", "4001", "--public-ip",
@@ -306,10 +312,7 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
     finally:
         if monitor is not None:
             monitor.stop.set()
-        for node in nodes:
-            for life in node.lives:
-                life["proc"].kill()
-        for _, proc in others:
+        for proc in [life["proc"] for node in nodes for life in node.lives] + [proc for _, proc in others]:
             proc.kill()
         net.close()
         for node in nodes:
@@ -449,17 +452,15 @@ def check(p: dict, nodes: list[Node], others: list, events: list[dict], stopped:
     res.append(inv("NAT node serves through the relay and exchanges", nat.startswith("behind NAT: serving through relay")
                    and nat_in > 0, f"{nat[:90]!r}; {nat_in} packets accepted"))
     evil = dict(others).get("adversary")
-    rejected = {}
-    for n in nodes:
-        for r in read_metrics(n.out / "metrics.jsonl"):
-            for k, v in r.items():
-                if k.startswith("swarm/rejected/"):
-                    rejected[k[15:]] = rejected.get(k[15:], 0) + v
+    rejected = Counter()
+    for row in (r for n in nodes for r in read_metrics(n.out / "metrics.jsonl")):
+        rejected.update({k[15:]: v for k, v in row.items() if k.startswith("swarm/rejected/")})
     if evil is not None:  # absent only in a control run (--no-adversary)
         res.append(inv("adversary joined and its packets are rejected",
-                       any(x.startswith("ADVERSARY") for x in evil.lines) and sum(rejected.values()) > 0, f"{rejected}"))
+                       any(x.startswith("ADVERSARY") for x in evil.lines) and sum(rejected.values()) > 0,
+                       f"{dict(rejected)}"))
     res.append(inv(f"stops by itself within {p['budget_s']} s", stopped, error or "every node and the adversary exited"))
-    return {"invariants": res, "accuracy": acc, "rss_max": rss, "fd_life": growth, "rejected": rejected}
+    return {"invariants": res, "accuracy": acc, "rss_max": rss, "fd_life": growth, "rejected": dict(rejected)}
 
 
 def main() -> int:
@@ -472,19 +473,20 @@ def main() -> int:
     ap.add_argument("--loss", type=float, default=2.0, help="outgoing packet loss of every node's link, %%")
     ap.add_argument("--staleness", type=int, default=None, help="swarm.staleness of the nodes (default: the node's, 2)")
     ap.add_argument("--rate-kbit", type=int, default=2000, help="tbf rate of one (seeded) node's link")
+    ap.add_argument("--delay-ms", type=float, nargs=2, default=(50.0, 150.0), metavar=("LOW", "HIGH"),
+                    help="each link delays what it sends by LOW..HIGH ms (seeded)")
+    ap.add_argument("--jitter-ms", type=float, default=10.0, help="+- uniform jitter of every delay, ms")
     ap.add_argument("--work", default="/tmp/swarm-node-chaos", help="node output directories (kept for inspection)")
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/chaos_<profile>.json)")
-    ap.add_argument("--no-adversary", action="store_true",
-                    help="control run without the hostile peer (tells its effect on accuracy from training drift)")
+    ap.add_argument("--no-adversary", action="store_true", help="control run: no hostile peer (its effect vs drift)")
     args = ap.parse_args()
     profile = args.profile or ("full" if args.full else "quick")
     C.single_thread()
-    started, info = time.time(), C.machine_info()
+    started, info, work = time.time(), C.machine_info(), Path(args.work) / f"{profile}-s{args.seed}"
     print(C.describe_load(info))
-    work = Path(args.work) / f"{profile}-s{args.seed}"
     subprocess.run(["rm", "-rf", str(work)], check=False)
     result = soak(profile, args.seed, work, args.loss, args.rate_kbit, staleness=args.staleness,
-                  adversary=not args.no_adversary)
+                  adversary=not args.no_adversary, delay_ms=tuple(args.delay_ms), jitter_ms=args.jitter_ms)
     for item in result["invariants"]:
         print(f"{'PASS' if item['ok'] else 'FAIL'}  {item['name']}: {item['figure']}")
     path = C.write_results(f"chaos_{profile}", result, args, info, started, out=args.out)

@@ -3,18 +3,20 @@
     with Internet("sn1") as net:            # a bridge namespace: the "internet", 11.11.0.0/24
         relay = net.host("relay")           # a public host on it: 11.11.0.10
         a = net.nat_host("a")               # a host at 10.1.0.2 behind its own masquerading NAT router
-        net.shape(a, loss_pct=1, rate_kbit=2000)   # nftables loss + tc tbf on the host's link
+        net.shape(a, loss_pct=1, rate_kbit=2000, delay_ms=50, jitter_ms=10)  # nftables loss, tc tbf,
+                                            # and a userspace netem (tests/wire.py) on the host's link
         net.partition([relay], [a])         # nftables drops between the two sides; net.heal() undoes it
         subprocess.Popen(a.cmd(["python", ...]))   # `ip netns exec` + the command
 
 Everything lives in namespaces named `<prefix>-*` that `close()` (or leaving the `with`) deletes,
 killing what still runs inside them, so a failed test leaves nothing behind. Needs root (or
-CAP_NET_ADMIN), iproute2 and nftables; `unavailable()` says why not, for a clear skip.
+CAP_NET_ADMIN), iproute2, nftables and, for delays, /dev/net/tun; `unavailable()` says why not, for a clear skip.
 Addresses: public hosts 11.11.0.10.., NAT routers' WAN 11.11.0.100.., NAT LAN k: 10.k.0.0/24.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -58,6 +60,7 @@ class Host:
     ip: str  # this host's own address (private for a NATed host)
     link: str  # the host-side interface shaped by `Internet.shape`
     public_ip: str  # the address others see: its own, or its NAT router's WAN address
+    port: str  # the bridge port of its way to the internet (its own link's, or its NAT router's)
     router: str | None = None  # the NAT router's namespace, if any
     dropped: set[str] = field(default_factory=set)  # addresses a partition currently drops
 
@@ -77,6 +80,7 @@ class Internet:
         self.namespaces: list[str] = []
         self.hosts: list[Host] = []
         self._public = self._nat = 0
+        self._netem: subprocess.Popen | None = None  # tests/wire.py in the bridge namespace, once a link is delayed
         self.bridge_ns = self._namespace("inet")
         _sh("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
         _sh("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")
@@ -99,19 +103,19 @@ class Internet:
         _sh("ip", "-n", peer_ns, "link", "set", peer_ifname, "up")
 
     def _attach(self, ns: str, ip: str, tag: str) -> str:
-        """Connect `ns` to the bridge with address `ip`/24; returns its interface name there."""
+        """Connect `ns` (interface wan0) to the bridge with address `ip`/24; returns the bridge port."""
         port = f"p-{tag}"[:15]
         self._wire(ns, "wan0", self.bridge_ns, port)
         _sh("ip", "-n", self.bridge_ns, "link", "set", port, "master", "br0")
         _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "wan0")
-        return "wan0"
+        return port
 
     def host(self, name: str) -> Host:
         """A host with a public address on the internet."""
         ns = self._namespace(name)
         ip = f"{PUBLIC_NET}.{10 + self._public}"
         self._public += 1
-        host = Host(ns, ip, self._attach(ns, ip, name), ip)
+        host = Host(ns, ip, "wan0", ip, self._attach(ns, ip, name))
         self.hosts.append(host)
         return host
 
@@ -122,7 +126,7 @@ class Internet:
         k = self._nat
         router = self._namespace(f"{name}-nat")
         wan_ip = f"{PUBLIC_NET}.{100 + k}"
-        self._attach(router, wan_ip, f"{name}-nat")
+        port = self._attach(router, wan_ip, f"{name}-nat")
         ns = self._namespace(name)
         self._wire(router, "lan0", ns, "eth0")
         _sh("ip", "-n", router, "addr", "add", f"10.{k}.0.1/24", "dev", "lan0")
@@ -135,24 +139,49 @@ class Internet:
                  "table ip filter {\n chain forward_in {\n type filter hook forward priority 0; policy drop\n"
                  " ct state established,related accept\n iifname \"lan0\" accept\n }\n}\n")
         subprocess.run(["ip", "netns", "exec", router, "nft", "-f", "-"], input=rules, text=True, check=True)
-        host = Host(ns, f"10.{k}.0.2", "eth0", wan_ip, router)
+        host = Host(ns, f"10.{k}.0.2", "eth0", wan_ip, port, router)
         self.hosts.append(host)
         return host
 
     # ---- faults -------------------------------------------------------------------------------------
-    def shape(self, host: Host, loss_pct: float = 0, rate_kbit: int | None = None, delay_ms: float = 0) -> None:
-        """Degrade the host's outgoing link: random loss (nftables `numgen`), a rate limit (tc tbf),
-        latency (tc netem). Kernels built without sch_netem (this machine's: "Error: Specified qdisc
-        kind is unknown.") cannot delay packets; `delay_ms` then raises with that error."""
+    def shape(self, host: Host, loss_pct: float = 0, rate_kbit: int | None = None, delay_ms: float = 0,
+              jitter_ms: float = 0, seed: int = 0) -> None:
+        """Degrade the host's outgoing traffic: random loss (nftables `numgen`), a rate limit (tc tbf on
+        its link), latency with jitter (tests/wire.py on its way into the bridge, behind its NAT
+        router if any: this kernel has no sch_netem)."""
         if loss_pct:
             rules = (f"table inet shape {{\n chain out {{\n type filter hook output priority 0\n"
                      f" numgen random mod 1000 < {int(loss_pct * 10)} drop\n }}\n}}\n")
             subprocess.run(host.cmd(["nft", "-f", "-"]), input=rules, text=True, check=True)
-        if delay_ms:
-            host.run("tc", "qdisc", "replace", "dev", host.link, "root", "netem", "delay", f"{delay_ms}ms")
-        elif rate_kbit:
+        if rate_kbit:
             host.run("tc", "qdisc", "replace", "dev", host.link, "root", "tbf", "rate", f"{rate_kbit}kbit",
                      "burst", "32kbit", "latency", "400ms")
+        if delay_ms:
+            self._delay(host.port, delay_ms, jitter_ms, seed)
+
+    def _delay(self, port: str, delay_ms: float, jitter_ms: float, seed: int) -> None:
+        """Put tests/wire.py between `port` and the bridge: a tap it makes takes the port's place."""
+        if self._netem is None:
+            wire = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
+            self._netem = subprocess.Popen(["ip", "netns", "exec", self.bridge_ns, sys.executable, wire],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        tap = f"t{port[1:]}"
+        self._netem.stdin.write(f"add {port} {tap} {delay_ms} {jitter_ms} {seed}\n")
+        self._netem.stdin.flush()
+        answer = self._netem.stdout.readline().strip()
+        if answer != f"ok {tap}":
+            raise RuntimeError(f"tests/wire.py could not delay {port}: {answer or 'it exited'}")
+        _sh("ip", "-n", self.bridge_ns, "link", "set", port, "nomaster")
+        _sh("ip", "-n", self.bridge_ns, "link", "set", tap, "master", "br0")
+        _sh("ip", "-n", self.bridge_ns, "link", "set", tap, "up")
+
+    def netem_stats(self) -> dict:
+        """Frames tests/wire.py delayed and dropped, per bridge port ({} when no link is delayed)."""
+        if self._netem is None:
+            return {}
+        self._netem.stdin.write("stats\n")
+        self._netem.stdin.flush()
+        return json.loads(self._netem.stdout.readline())
 
     def partition(self, *sides: list[Host]) -> None:
         """Drop every packet between hosts of different sides (both directions), until `heal`."""
@@ -177,6 +206,9 @@ class Internet:
     # ---- teardown -----------------------------------------------------------------------------------
     def close(self) -> None:
         """Kill what runs in our namespaces, then delete them."""
+        if self._netem is not None:
+            self._netem.kill()
+            self._netem.wait(10)
         for ns in self.namespaces:
             pids = _sh("ip", "netns", "pids", ns, check=False).stdout.split()
             for pid in pids:
@@ -212,20 +244,31 @@ for i in range(3000):
     try: u.sendto(b"y" * 32, (sys.argv[1], 5102))
     except PermissionError: pass  # an nftables drop in the output hook is EPERM to the sender"""
 _SEND_TCP = "import socket, sys; s = socket.create_connection((sys.argv[1], 5101)); s.sendall(b'x' * 1000000); s.close()"
+_RTT = """import socket, statistics, sys, time
+rtt = []
+for _ in range(15):  # a SYN to a closed port comes back as a RST: one round trip
+    t = time.perf_counter()
+    try: socket.create_connection((sys.argv[1], 5109), timeout=5)
+    except (ConnectionRefusedError, PermissionError, TimeoutError): pass
+    rtt.append(time.perf_counter() - t)
+print(round(1e3 * statistics.median(rtt), 1))"""
 
 
 def measure_link(tcp_from: Host, udp_from: Host, to: Host) -> dict:
-    """What the shaping does on the wire: kbit/s of 1 MB over TCP from `tcp_from` and the fraction of 3,000
-    UDP datagrams from `udp_from` lost, both received at `to`; and whether `to` can use netem at all."""
+    """What the shaping does on the wire: kbit/s of 1 MB over TCP from `tcp_from`, the fraction of 3,000
+    UDP datagrams from `udp_from` lost, both received at `to`; the median round trip from `tcp_from` to
+    `to` (15 connects to a closed port); and whether `to` could have used the kernel's netem."""
     receiver = subprocess.Popen(to.cmd([sys.executable, "-c", _RECEIVE]), stdout=subprocess.PIPE, text=True)
     receiver.stdout.readline()
     subprocess.run(udp_from.cmd([sys.executable, "-c", _SEND_UDP, to.ip]), check=True, timeout=60)
     time.sleep(1.5)
     subprocess.run(tcp_from.cmd([sys.executable, "-c", _SEND_TCP, to.ip]), check=True, timeout=60)
     kbit, got = receiver.communicate(timeout=60)[0].split()
+    rtt = subprocess.run(tcp_from.cmd([sys.executable, "-c", _RTT, to.ip]), capture_output=True, text=True,
+                         check=True, timeout=120).stdout
     netem = to.run("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "10ms", check=False)
     return {"measured_kbit": round(float(kbit)), "udp_sent": 3000, "udp_lost_frac": round(1 - int(got) / 3000, 4),
-            "netem": netem.stderr.strip() or "available"}
+            "rtt_ms": float(rtt), "kernel_netem": netem.stderr.strip() or "available"}
 
 
 def tmpfs_holder(host: Host, path, size: str, seconds: float) -> subprocess.Popen:
