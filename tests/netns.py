@@ -10,7 +10,8 @@
 
 Everything lives in namespaces named `<prefix>-*` that `close()` (or leaving the `with`) deletes,
 killing what still runs inside them, so a failed test leaves nothing behind. Needs root (or
-CAP_NET_ADMIN), iproute2, nftables and, for delays, /dev/net/tun; `unavailable()` says why not, for a clear skip.
+CAP_NET_ADMIN), iproute2 and nftables; `unavailable()` says why not, for a clear skip. Delays
+also need /dev/net/tun (`shape` raises without it).
 Addresses: public hosts 11.11.0.10.., NAT routers' WAN 11.11.0.100.., NAT LAN k: 10.k.0.0/24.
 """
 
@@ -166,9 +167,7 @@ class Internet:
             self._netem = subprocess.Popen(["ip", "netns", "exec", self.bridge_ns, sys.executable, wire],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         tap = f"t{port[1:]}"
-        self._netem.stdin.write(f"add {port} {tap} {delay_ms} {jitter_ms} {seed}\n")
-        self._netem.stdin.flush()
-        answer = self._netem.stdout.readline().strip()
+        answer = self._ask(f"add {port} {tap} {delay_ms} {jitter_ms} {seed}")
         if answer != f"ok {tap}":
             raise RuntimeError(f"tests/wire.py could not delay {port}: {answer or 'it exited'}")
         _sh("ip", "-n", self.bridge_ns, "link", "set", port, "nomaster")
@@ -177,11 +176,13 @@ class Internet:
 
     def netem_stats(self) -> dict:
         """Frames tests/wire.py delayed and dropped, per bridge port ({} when no link is delayed)."""
-        if self._netem is None:
-            return {}
-        self._netem.stdin.write("stats\n")
+        return json.loads(self._ask("stats")) if self._netem is not None else {}
+
+    def _ask(self, line: str) -> str:
+        """One control line to tests/wire.py, its one-line answer ("" if it exited)."""
+        self._netem.stdin.write(line + "\n")
         self._netem.stdin.flush()
-        return json.loads(self._netem.stdout.readline())
+        return self._netem.stdout.readline().strip()
 
     def partition(self, *sides: list[Host]) -> None:
         """Drop every packet between hosts of different sides (both directions), until `heal`."""
