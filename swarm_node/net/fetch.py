@@ -31,7 +31,9 @@ logger = logging.getLogger(__name__)
 TIMEOUT, OVERSIZE, MISMATCH, ERROR = "timeout", "oversize", "mismatch", "error"
 MAX_STREAMS_PER_PEER = 4  # open fetch streams one peer may hold at once (an honest one uses 1)
 MAX_OPEN_STREAMS = 256  # open fetch streams in all
-MIN_RESUME_BYTES = 16 << 10  # a stream cut mid-body is resumed only if it brought at least this much
+MIN_RESUME_BYTES = 16 << 10  # a stream cut mid-body that brought less than this is "short"
+MAX_SHORT_STREAMS = 3  # consecutive short streams that end a download (a relayed connection other
+#                        streams had nearly used up brings little once; a peer that always cuts early, every time)
 NOFILE_IF_UNLIMITED = 1 << 20  # soft open-files limit raise_fd_limit sets when the hard limit is unlimited
 
 
@@ -82,16 +84,18 @@ class Download:
 async def download_packet(open_stream: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
                           download: Download) -> tuple[bytes | None, str]:
     """`download` to its end over streams from `open_stream()`: a stream cut mid-body is followed by a
-    new one asking for the rest, as long as the cut one brought at least `MIN_RESUME_BYTES` (a peer
-    that cuts early ends its download; a relay's 128 KiB budget brings ~100 KiB per stream). I/O
-    errors raise; the caller bounds the whole with its fetch timeout."""
+    new one asking for the rest, until `MAX_SHORT_STREAMS` streams in a row each brought less than
+    `MIN_RESUME_BYTES` (a peer that cuts early ends its download; a relay's 128 KiB budget brings
+    ~100 KiB per stream). I/O errors raise; the caller bounds the whole with its fetch timeout."""
+    short = 0
     while True:
         reader, writer = await open_stream()
         before = download.received
         try:
             return await download.request(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
-            if download.received - before < MIN_RESUME_BYTES:
+            short = short + 1 if download.received - before < MIN_RESUME_BYTES else 0
+            if short >= MAX_SHORT_STREAMS:
                 raise
             download.resumes += 1
         finally:
