@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 #   make demo TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-core test-fast host-packages install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,11 +24,22 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/swarm-node demo
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# Every test: the host packages the network and container tests need (tests/host-packages.sh,
+# a no-op when present or when not root), the suite in .venv, then the vLLM tests in .venv-vllm.
+# Both parts always run; the target fails if either did.
+test: $(STAMP) host-packages
+	@status=0; $(PY) -m pytest -q -m "not vllm" || status=$$?; \
+	$(MAKE) --no-print-directory test-vllm || status=$$((status ? status : 1)); exit $$status
+
+# The suite in .venv alone (no vLLM venv), and its fast part (no processes, no training runs)
+test-core: $(STAMP) host-packages
+	$(PY) -m pytest -q -m "not vllm"
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not vllm"
+
+host-packages:
+	@sh tests/host-packages.sh
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

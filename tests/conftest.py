@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["procs"]  # the `procs` fixture: real child processes, cleaned up (tests/procs.py)
+# procs: the `procs` fixture, real child processes, cleaned up; ci_skips: under CI a skip is a failure
+pytest_plugins = ["procs", "ci_skips"]
 
 DATA = Path(os.environ.get("SWARM_NODE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -36,3 +37,4 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+

@@ -10,7 +10,8 @@
 
 Everything lives in namespaces named `<prefix>-*` that `close()` (or leaving the `with`) deletes,
 killing what still runs inside them, so a failed test leaves nothing behind. Needs root (or
-CAP_NET_ADMIN), iproute2 and nftables; `unavailable()` says why not, for a clear skip. Delays
+CAP_NET_ADMIN), iproute2 and nftables (tests/host-packages.sh installs them); `unavailable()` says why
+not, for a clear skip (a failure under CI, tests/ci_skips.py). Delays
 also need /dev/net/tun (`shape` raises without it).
 Addresses: public hosts 11.11.0.10.., NAT routers' WAN 11.11.0.100.., NAT LAN k: 10.k.0.0/24.
 """
@@ -40,7 +41,7 @@ def unavailable() -> str | None:
     """Why namespaces cannot be used here (None: they can): tries one namespace with nftables in it."""
     for tool in ("ip", "nft", "tc"):
         if shutil.which(tool) is None:
-            return f"`{tool}` is not installed (iproute2 / nftables from the distribution's packages)"
+            return f"`{tool}` is not installed; install with: sh tests/host-packages.sh (as root; `make test` runs it)"
     name = f"snprobe{os.getpid() % 100000}"
     try:
         _sh("ip", "netns", "add", name)

@@ -49,7 +49,7 @@ def test_no_checkpoint(tmp_path):
     assert latest_checkpoint(tmp_path) is None
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+@pytest.mark.skipif(os.geteuid() == 0, reason="not applicable: root ignores directory permissions")
 def test_unwritable_directory_is_a_clear_error(tmp_path, tiny_policy):
     tmp_path.chmod(0o500)
     try:

