@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,8 +91,10 @@ def warmstarted_model(cfg: NodeConfig, task: Task, on_step: Callable[[int, float
     policy = Policy.load(base)
     loss = supervised_steps(policy, task, cfg.train.warmstart_steps, cfg.train.warmstart_lr,
                             cfg.train.warmstart_batch, cfg.model.init_seed, on_step)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # a whole directory, renamed into place when complete
-    shutil.rmtree(tmp, ignore_errors=True)
+    # A whole directory, renamed into place when complete. Its name is unique per call, not per pid:
+    # containers sharing the cache volume run their nodes under the same pid.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     policy.save(tmp)
     (tmp / "recipe.json").write_text(json.dumps({**warmstart_recipe(cfg), "final_loss": loss}, indent=1))
     try:
