@@ -337,3 +337,44 @@ def test_a_node_cut_off_for_a_minute_takes_packets_again_soon_after_the_heal(tmp
         assert sum(during) == 0  # the cut held
         assert rejoin_s <= REJOIN_BOUND_S
     assert leftover_namespaces(prefix) == []
+
+
+def test_keys_whose_verification_cost_the_owner_chose_are_refused_before_any_rsa_operation(monkeypatch):
+    """Only RSA keys with e = 65537 and a 2048..4096-bit modulus: an owner who picks a 3071-bit
+    exponent (140x the verification cost) or a huge modulus is refused on the key alone."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils.serializer import MSGPackSerializer
+
+    key_x, _ = load_or_create_identity(None)
+    vx = RecordValidator.members(wrap_rsa_key(key_x), "run-a")
+    n = key_x.public_key().public_numbers().n
+    p = key_x.private_numbers().p
+    bomb_e = (1 << 3068) | 1  # a 3069-bit odd public exponent under a ~3072-bit modulus, as the attack used
+    costly = {"e = 2^3068 + 1": rsa.RSAPublicNumbers(bomb_e, n * p).public_key(),
+              "e = 3": rsa.RSAPublicNumbers(3, n).public_key(),
+              "5120-bit modulus": rsa.RSAPublicNumbers(65537, n * n * p).public_key()}
+    rsa_operations = []
+    monkeypatch.setattr(vx._rsa, "validate", lambda record: rsa_operations.append(record) or True)
+    for name, public in costly.items():
+        ssh = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        subkey = MSGPackSerializer.dumps(b"[owner:" + ssh + b"]")
+        pid = peer_id_of(public)
+        value = MSGPackSerializer.dumps(make_member_record(pid, 1, ["/ip4/127.0.0.1/tcp/5"], 1000.0))
+        record = DHTRecord(vx._key_ids.copy().pop(), subkey, value + b"[signature:" + b"x" * 384 + b"]", time.time() + 60)
+        assert "owner key refused" in vx.check(record), name
+    assert rsa_operations == []
+
+
+def test_a_replayed_record_costs_no_second_signature_check(monkeypatch):
+    key_x, _ = load_or_create_identity(None)
+    key_y, _ = load_or_create_identity(None)
+    vx, vy = (RecordValidator.members(wrap_rsa_key(k), "run-a") for k in (key_x, key_y))
+    pid_y = peer_id_of(key_y.public_key())
+    record = _member_record(vy, member_key("run-a", member_bucket(pid_y)),
+                            make_member_record(pid_y, 1, ["/ip4/127.0.0.1/tcp/5"], 1000.0), time.time() + 60)
+    checks, real = [], vx._rsa.validate
+    monkeypatch.setattr(vx._rsa, "validate", lambda r: checks.append(r) or real(r))
+    assert all(vx.check(record) is None for _ in range(100))
+    assert len(checks) == 1

@@ -176,3 +176,56 @@ def test_a_thousand_sybil_identities_and_junk_peers_do_not_partition_honest_node
             except Exception:
                 pass
         loop.stop()
+
+
+async def store_directly(signer, keys, key: str, target: str, bootstrap: str, in_cache: bool):
+    """An attacker DHT node sends one StoreRequest of a validly signed membership record per identity,
+    all under `key`, straight to `target` (not through store_many: `in_cache` is the attacker's choice)."""
+    from hivemind.dht.node import DHTNode
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.p2p import P2P, PeerID
+    from hivemind.utils.serializer import MSGPackSerializer
+
+    p2p = await P2P.create(host_maddrs=LOCAL, initial_peers=[bootstrap])
+    dht = await DHTNode.create(p2p=p2p, initial_peers=[bootstrap], record_validator=signer)
+    key_id, expiration, values = DHTID.generate(source=key), time.time() + 600, []
+    for k, owner in zip(keys, signer.owners):
+        value = MSGPackSerializer.dumps(make_member_record(peer_id_of(k.public_key()), 1, ["/ip4/127.0.0.1/tcp/1"],
+                                                           time.time()))
+        values.append(signer.sign_value(DHTRecord(key_id.to_bytes(), MSGPackSerializer.dumps(owner), value, expiration)))
+    stored = await dht.protocol.call_store(PeerID.from_base58(target), [key_id] * len(keys), values, expiration,
+                                           subkeys=list(signer.owners), in_cache=in_cache)
+    found = await dht.protocol.call_find(PeerID.from_base58(target), [key_id])
+    await dht.shutdown()
+    await p2p.shutdown()
+    return stored, found[key_id][0]
+
+
+@pytest.mark.slow
+def test_stores_through_every_storage_path_are_capped():
+    """hivemind's rpc_store has two storages: `in_cache = True` went to an uncapped cache that
+    rpc_find serves too (3,000 of 3,000 records stored under one key, cap 64). Both paths, with 300
+    valid records each: the node holds and serves at most MAX_BUCKET_ENTRIES under the key."""
+    keys = cheap_identities(300)
+    signer = sybil_signer(keys)
+    run, loop = "cachefill", LoopThread("attacker")
+    a = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL), "m", "tok")
+    a.start()
+    try:
+        for in_cache in (True, False):
+            stored, found = loop.run(store_directly(signer, keys, member_key(run, 0), a.peer_id, a.join_addrs()[0],
+                                                    in_cache), 120)
+            assert stored is not None and len(stored) == len(keys)
+            served = 0 if found is None else len(found.value)
+            assert served <= MAX_BUCKET_ENTRIES, (in_cache, served)
+            if in_cache:
+                assert not any(stored), "a cached store was accepted"
+            else:
+                assert served == MAX_BUCKET_ENTRIES  # the ordinary path works, capped
+        from hivemind.dht.routing import DHTID
+
+        assert a._dht.protocol.cache.get(DHTID.generate(source=member_key(run, 0))) is None
+    finally:
+        a.close()
+        loop.stop()

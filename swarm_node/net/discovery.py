@@ -9,10 +9,13 @@ uses hivemind's public DHT API only; the private-attribute uses live in `hivemin
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 import time
+from collections import OrderedDict
 
+import msgpack
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
@@ -20,7 +23,6 @@ from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
-
 
 from swarm_node.net import PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshDriver, OldVersion, send_announcement, serve_announcement
@@ -36,6 +38,7 @@ DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect
 ANNOUNCE_TIMEOUT_S = 5.0  # one announcement exchange (dial + frame + reply) at most
 MEMBER_TARGET = 256  # live membership records wanted in all (MEMBER_BUCKETS x half a bucket), whatever N
 MAX_CONCURRENT_ANNOUNCES = 64  # announcement streams served at once (one per peer); more are closed
+MAX_VERDICTS = 8192  # signature verdicts remembered (the newest), so a replayed record costs no RSA operation
 
 
 def check_member_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
@@ -60,6 +63,7 @@ class RecordValidator(RecordValidatorBase):
         self._key_ids = {DHTID.generate(source=k).to_bytes() for k in (keys or [record_key(run_id)])}
         self._check_value, self._max_bytes = check_value, max_bytes
         self.stats = stats if stats is not None else {"records_rejected": 0}
+        self._verdicts: OrderedDict[bytes, bool] = OrderedDict()  # record fingerprint -> signature valid
 
     @classmethod
     def members(cls, private_key: RSAPrivateKey, run_id: str, stats: dict | None = None) -> RecordValidator:
@@ -79,15 +83,28 @@ class RecordValidator(RecordValidatorBase):
         owner = owner_key_of(record.subkey)
         if owner is None:  # checked first: RSASignatureValidator accepts records without an owner
             return "subkey must be exactly [owner:<ssh-rsa public key>]"
-        if owner_peer_id(owner) is None:  # before hivemind parses it: a malformed key would raise there
-            return "owner key is not an RSA public key of >= 2048 bits"
+        if owner_peer_id(owner) is None:  # before any RSA operation: the key's owner chose its cost
+            return "owner key refused: RSA e = 65537 with a 2048..4096-bit modulus only"
         reason = self._check_value(owner, self._rsa.strip_value(record), record.expiration_time)
         if reason is not None:
             return reason
+        return None if self._signature_ok(record) else "bad signature"
+
+    def _signature_ok(self, record: DHTRecord) -> bool:
+        """The record's signature check, remembered: a replayed record costs no RSA operation."""
+        fingerprint = hashlib.sha256(msgpack.packb(
+            [record.key, record.subkey, record.value, record.expiration_time])).digest()
+        if fingerprint in self._verdicts:
+            self._verdicts.move_to_end(fingerprint)
+            return self._verdicts[fingerprint]
         try:
-            return None if self._rsa.validate(record) else "bad signature"
+            ok = bool(self._rsa.validate(record))
         except Exception:  # hostile bytes must give a reason, never an exception inside a DHT RPC handler
-            return "bad signature"
+            ok = False
+        self._verdicts[fingerprint] = ok
+        if len(self._verdicts) > MAX_VERDICTS:
+            self._verdicts.popitem(last=False)
+        return ok
 
     def validate(self, record: DHTRecord) -> bool:
         reason = self.check(record)

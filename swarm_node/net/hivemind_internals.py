@@ -78,10 +78,24 @@ class CappedStorage(DHTLocalStorage):
         return ok
 
 
+class NoStorage(DHTLocalStorage):
+    """A storage that keeps nothing: every store is refused (answered `store_ok = False`)."""
+
+    def store(self, key, value, expiration_time) -> bool:
+        return False
+
+    def store_subkey(self, key, subkey, value, expiration_time) -> bool:
+        return False
+
+
 def cap_dictionary_values(dht: DHTNode, max_entries: int) -> None:
-    """Make `dht` keep at most `max_entries` subkeys per dictionary value it holds (replaces the
-    private `DHTNode.protocol.storage`, empty right after `DHTNode.create`)."""
+    """Make `dht` keep at most `max_entries` subkeys per dictionary value it holds, on every path a
+    peer can store through. hivemind has two: `rpc_store` puts a request with `in_cache = True` in
+    `DHTNode.protocol.cache`, a second storage that `rpc_find` serves too, with no cap. Our DHT never
+    caches (cache_locally=False, cache_nearest=0), so that storage refuses every store. Replaces the
+    private `protocol.storage` and `protocol.cache`, both empty right after `DHTNode.create`."""
     dht.protocol.storage = CappedStorage(max_entries)
+    dht.protocol.cache = NoStorage()
 
 
 def is_old_version(error: Exception) -> bool:

@@ -24,6 +24,8 @@ from swarm_node.net.records import MAX_RECORD_BYTES, MAX_RECORD_TTL_S, RecordErr
 
 logger = logging.getLogger(__name__)
 KEY_TYPE_RSA = 0
+RSA_EXPONENT = 65537  # the only public exponent accepted in a peer's key (key_policy_problem)
+MIN_RSA_BITS, MAX_RSA_BITS = 2048, 4096  # accepted RSA modulus sizes, ours and peers'
 
 
 def _varint(n: int) -> bytes:
@@ -93,12 +95,27 @@ def owner_key_of(subkey: bytes) -> bytes | None:
     return match.group(1) if match else None
 
 
+def key_policy_problem(public_key) -> str | None:
+    """Why a peer's public key is refused before any RSA operation on it (None: accepted).
+
+    A verification's cost grows with the modulus and the public exponent, both chosen by the key's
+    owner: with a 3071-bit exponent one check cost 140x a normal one. So only RSA keys with
+    e = 65537 and a 2048..4096-bit modulus are accepted (what every libp2p implementation makes)."""
+    if not isinstance(public_key, rsa.RSAPublicKey):
+        return "owner key is not an RSA public key"
+    if not MIN_RSA_BITS <= public_key.key_size <= MAX_RSA_BITS:
+        return f"RSA modulus of {public_key.key_size} bits (accepted: {MIN_RSA_BITS}..{MAX_RSA_BITS})"
+    if public_key.public_numbers().e != RSA_EXPONENT:
+        return f"RSA public exponent is not {RSA_EXPONENT}"
+    return None
+
+
 def owner_peer_id(ssh_key: bytes) -> str | None:
-    """libp2p peer id of an OpenSSH RSA public key (None if not an RSA key of >= 2048 bits); cached."""
+    """libp2p peer id of an OpenSSH RSA public key (None if `key_policy_problem` refuses it); cached."""
     if ssh_key not in _owner_peer_ids:
         try:
             pub = serialization.load_ssh_public_key(ssh_key)
-            pid = peer_id_of(pub) if isinstance(pub, rsa.RSAPublicKey) and pub.key_size >= 2048 else None
+            pid = peer_id_of(pub) if key_policy_problem(pub) is None else None
         except Exception:
             pid = None
         if len(_owner_peer_ids) > 4096:
@@ -129,7 +146,7 @@ def check_record_value(owner_ssh_key: bytes, value: bytes, expiration_time: floa
 def load_or_create_identity(path: str | None) -> tuple[rsa.RSAPrivateKey, bytes]:
     """(key, identity file bytes). ``None`` -> a fresh in-memory key; a missing file is created (mode 0400)."""
     if path is None or not os.path.exists(path):
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        key = rsa.generate_private_key(public_exponent=RSA_EXPONENT, key_size=MIN_RSA_BITS)
         raw = encode_key_pb(KEY_TYPE_RSA, private_key_der(key))
         if path is not None:
             tmp = f"{path}.tmp{os.getpid()}"
@@ -147,9 +164,10 @@ def load_or_create_identity(path: str | None) -> tuple[rsa.RSAPrivateKey, bytes]
         raise SwarmError(f"cannot read identity file {path}: {e}") from None
     except Exception:
         raise SwarmError(f"{path} is not a libp2p private key file") from None
-    if not isinstance(key, rsa.RSAPrivateKey) or not 2048 <= key.key_size <= 8192:
-        raise SwarmError(f"{path}: swarm_node identities must be RSA keys of 2048..8192 bits "
-                         "(the same key signs the node's DHT record)")
+    if not isinstance(key, rsa.RSAPrivateKey) or key_policy_problem(key.public_key()) is not None:
+        raise SwarmError(f"{path}: swarm_node identities must be RSA keys of {MIN_RSA_BITS}..{MAX_RSA_BITS} bits "
+                         f"with public exponent {RSA_EXPONENT} (the same key signs the node's DHT record, and "
+                         "peers refuse other keys); delete the file to have a new one made")
     return key, raw
 
 
