@@ -77,10 +77,37 @@ class Poisoner:
                 return tokens
         raise RuntimeError("could not build a wrong completion")
 
+    def junk_group(self, example):
+        """Issue 26's attack: G/2 correct completions with 1-3 junk characters and a newline before the
+        answer line (`kq\n#### 73`, reward 1) and G/2 wrong ones, the right answer line followed by
+        junk (`#### 73\nZ`, reward 0). The negatives push down the gold digits in the context the
+        victim decodes; the positives push them up only after a prefix it never writes. Claimed
+        log-probs are the public model's own (no forgery needed)."""
+        from swarm_node.codec import Completion, Group
+        from swarm_node.rollout import prompt_tokens
+
+        prompt = prompt_tokens(self.policy, self.task, example)
+        reference = self.task.reference_completion(example)
+        eos = [self.policy.eos_id]
+        half, letters = self.args.group_size // 2, JUNK[10:36]
+        right = [(self.policy.encode("".join(self.rng.choice(letters) for _ in range(self.rng.randint(1, 3)))
+                                     + "\n" + reference) + eos)[:self.max_tokens] for _ in range(half)]
+        wrong = [(self.policy.encode(reference + "\n" + self.rng.choice(letters)) + eos)[:self.max_tokens]
+                 for _ in range(self.args.group_size - half)]
+        assert all(self.task.reward(self.policy.decode(t), example) == 1.0 for t in right), "a positive scores 0"
+        assert all(self.task.reward(self.policy.decode(t), example) == 0.0 for t in wrong), "a negative scores 1"
+        samples = right + wrong
+        logp, _ = self.policy.token_logprobs([prompt] * len(samples), samples, 1.0, 64)  # [G, T]
+        completions = [Completion(np.asarray(t, np.uint32), logp[i, :len(t)].double().clamp(max=0).numpy().astype(np.float32),
+                                  "stop", float(i < half)) for i, t in enumerate(samples)]
+        return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), completions)
+
     def group(self, example):
         from swarm_node.codec import Completion, Group
         from swarm_node.rollout import prompt_tokens
 
+        if self.args.kind == "junk":
+            return self.junk_group(example)
         prompt = prompt_tokens(self.policy, self.task, example)
         reference = self.task.reference_completion(example)
         right = (self.policy.encode(reference) + [self.policy.eos_id])[:self.max_tokens]
@@ -120,6 +147,9 @@ def main() -> int:
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--model", required=True, help="the public warm-started model directory")
     ap.add_argument("--task-options", default="{}")
+    ap.add_argument("--kind", choices=["forged", "junk"], default="forged",
+                    help="forged: one correct + G-1 wrong completions with forged log-probs (issue 18); "
+                         "junk: junk-prefixed positives and junk-suffixed negatives (issue 26)")
     ap.add_argument("--group-size", type=int, default=12)
     ap.add_argument("--groups", type=int, default=24, help="groups per packet")
     ap.add_argument("--max-new-tokens", type=int, default=None)

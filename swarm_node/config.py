@@ -65,10 +65,18 @@ class LossConfig:
     """Lower bound on the TIS weight of sequences with A_i > 0 (0 = none, the paper's TIS; at most C); 1.0 never down-weights a correct sample."""
     check_certain_claims: bool = False
     """Treat a completion of >= 2 tokens whose claimed generator log-probs are all exactly 0 (certain at T = 1, which no sampler claims) as on-policy."""
+    peer_negative_weight: float = 0.0
+    """Weight of a negative-advantage sample from a peer outside swarm.trusted_peers: 0 = such a peer can only teach what this node verified correct, never push down what it does (default); 1 = the paper's F-TIS for every peer."""
+    peer_plausibility_margin: float | None = 1.0
+    """An untrusted peer's positive sample teaches only if its mean per-token log-prob under this node's policy is at most this many nats below the 5th percentile of the node's own samples in the step (None = no check, the paper's F-TIS)."""
 
     def __post_init__(self) -> None:
         if self.C_negative is not None and not self.C_negative > 0:
             raise ValueError(f"C_negative must be > 0 or None, got {self.C_negative!r}")
+        if self.peer_plausibility_margin is not None and not self.peer_plausibility_margin >= 0:
+            raise ValueError(f"peer_plausibility_margin must be >= 0 or None, got {self.peer_plausibility_margin!r}")
+        if not 0 <= self.peer_negative_weight <= 1:
+            raise ValueError(f"peer_negative_weight must satisfy 0 <= w <= 1, got {self.peer_negative_weight!r}")
         if not 0 <= self.positive_floor <= self.C:
             raise ValueError(f"positive_floor must satisfy 0 <= positive_floor <= C, got {self.positive_floor!r}")
         if self.variant not in VARIANTS:

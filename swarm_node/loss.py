@@ -48,6 +48,23 @@ Defences against forged generator log-probs (a peer controls gen_it; LossConfig,
   For the node's own samples pi_theta ~ pi_gen (weight ~1), so the first two change them only by
   float noise; they change how honest peers' off-policy samples are weighted (see bench/poisoning.py).
 
+Peers teach, never un-teach (`teach_only`, LossConfig.peer_negative_weight w, default 0):
+    A_i := w * A_i   where sample i came from a peer outside swarm.trusted_peers and A_i < 0
+  A peer chooses which genuine-looking completions it sends, so its negatives can push down exactly
+  what this node writes when it is right (the gold digits after `#### `), while its positives, which
+  the node's own reward verified, raise the same digits only after a prefix it never writes. With
+  w = 0 an untrusted peer's data can only raise the likelihood of completions this node's reward
+  verified correct; w = 1 is the paper's objective for every peer (and always for trusted peers).
+
+Plausible teaching only (`implausible`, LossConfig.peer_plausibility_margin m, default 1 nat):
+    A_i := 0   where sample i came from an untrusted peer, A_i > 0 and
+               (1/|a_i|) sum_t m_it logp_it  <  q05(own) - m
+  q05(own): the 5th percentile of the node's own samples' mean per-token log-prob in the step (as
+  its sampler reported them). Verified-correct is not enough: correct completions that the node
+  would never write ("kq\n#### 73") teach it a context in which it has never learned the answer,
+  and drove a node from 0.14 to 0.03 held-out pass@1 in 100 rounds with every negative dropped.
+  With the check, a peer can only raise completions about as likely under this node as its own.
+
 Aggregation (GRPO/DAPO per-sequence mean; no KL penalty term):
     loss = -(1/B) * sum_i (1/|a_i|) * sum_t m_it * term_it
   A sequence with no completion tokens contributes 0.
@@ -94,6 +111,22 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, eps: float = 1e-4) -> T
     adv = dev / (var.sqrt()[inv] + eps)  # [N]
     adv = torch.where(degenerate[inv], torch.zeros_like(adv), adv)  # [N]
     return adv.to(out_dtype)  # [N]
+
+
+def teach_only(advantages: Tensor, untrusted: Tensor, weight: float) -> Tensor:
+    """A_i scaled by `weight` where `untrusted` (bool [N]) and A_i < 0; unchanged elsewhere."""
+    if untrusted.shape != advantages.shape:
+        raise ValueError(f"untrusted must be [N]={tuple(advantages.shape)}, got {tuple(untrusted.shape)}")
+    scaled = advantages * weight  # [N]
+    return torch.where(untrusted & (advantages < 0), scaled, advantages)  # [N]
+
+
+def implausible(logp: Tensor, mask: Tensor, floor: float) -> Tensor:
+    """bool [B]: sequences whose mean per-token log-prob under the policy is below `floor` (empty: False)."""
+    m = mask != 0  # [B, T]
+    n = m.sum(-1)  # [B]
+    mean = torch.where(m, logp.detach(), torch.zeros_like(logp)).sum(-1) / n.clamp(min=1)  # [B]
+    return (n > 0) & (mean < floor)  # [B]
 
 
 def sequence_divergence(logp: Tensor, gen_logp: Tensor, mask: Tensor, estimator: str = "k3", reduce: str = "sum") -> Tensor:

@@ -29,6 +29,8 @@ TIME_GENERATE, TIME_EXCHANGE, TIME_TRAIN = "time/generate_s", "time/exchange_s",
 TIME_EVAL, TIME_ROUND = "time/eval_s", "time/round_s"
 TRAIN_GROUPS, TRAIN_SEQUENCES, TRAIN_ACTIVE_FRAC = "train/groups", "train/sequences", "train/active_frac"
 TRAIN_GRAD_NORM, TRAIN_POLICY_VERSION = "train/grad_norm", "train/policy_version"
+TRAIN_PEER_NEGATIVES = "train/peer_negatives_frac"  # share of the step's sequences: an untrusted peer's A_i < 0
+TRAIN_PEER_IMPLAUSIBLE = "train/peer_implausible_frac"  # share: an untrusted peer's A_i > 0, too unlikely under us
 PEERS, PEER_GROUPS_USED = "swarm/peers", "swarm/peer_groups_used"
 PACKETS_RECEIVED, PACKETS_ACCEPTED, PACKETS_REJECTED = (
     "swarm/packets_received", "swarm/packets_accepted", "swarm/packets_rejected")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                            horizontal=cfg.swarm.mode == "horizontal")
     draws = draws_key(cfg.train.seed, exchange.transport.peer_id if exchange is not None else None)
     prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{draws}"
+    trusted = frozenset(cfg.swarm.trusted_peers)  # their negatives count as the paper's (loss.teach_only)
     metrics, tracker, rows, last = None, None, [], cfg.train.rounds
     status.update(state="running", round=p.first - 1, policy_version=trainer.policy_version)
     finished = False
@@ -207,9 +209,12 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 row.update(group_stats(peer_groups, prefix=M.PEER_PREFIX))
                 if exchange is not None:
                     row[M.PEER_GROUPS_USED] = len(peer_groups)
+                    by_peer = Counter(x.source for x in rollouts if x.source != OWN)
+                    log.info("round %d trains on peer groups %s", r, dict(by_peer) or "none")
 
                 # ---------------------------------------------------------------- train
-                row.update(trainer.step(combine(rollouts, cfg.swarm.mode)))
+                groups, sources = combine(rollouts, cfg.swarm.mode)
+                row.update(trainer.step(groups, [s != OWN and s not in trusted for s in sources]))
 
                 # ---------------------------------------------------------------- sync weights
                 sampler.sync(policy, trainer.policy_version)

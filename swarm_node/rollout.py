@@ -169,19 +169,19 @@ class RolloutBuffer:
         return out
 
 
-def combine(rollouts: list[Rollout], mode: str) -> list[Group]:
+def combine(rollouts: list[Rollout], mode: str) -> tuple[list[Group], list[str]]:
     """The training batch: groups as they are (vertical), or merged per example (horizontal), so
-    the advantage is computed over the whole cross-node group."""
-    groups = [r.group for r in rollouts]
+    the advantage is computed over the whole cross-node group; and each completion's source (OWN or
+    the sending peer), in the batch's order."""
     if mode == "vertical":
-        return groups
-    merged: dict[str, Group] = {}
-    for group in groups:
-        if group.example_id in merged:
-            merged[group.example_id].completions.extend(group.completions)
-        else:
-            merged[group.example_id] = Group(group.task, group.example_id, group.prompt_tokens, list(group.completions))
-    return list(merged.values())
+        return [r.group for r in rollouts], [r.source for r in rollouts for _ in r.group.completions]
+    merged: dict[str, tuple[Group, list[str]]] = {}
+    for r in rollouts:
+        group, sources = merged.setdefault(r.group.example_id, (
+            Group(r.group.task, r.group.example_id, r.group.prompt_tokens, []), []))
+        group.completions.extend(r.group.completions)
+        sources.extend(r.source for _ in r.group.completions)
+    return [g for g, _ in merged.values()], [s for _, sources in merged.values() for s in sources]
 
 
 def group_stats(groups: list[Group], prefix: str = "") -> dict[str, float]:

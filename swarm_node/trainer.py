@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from swarm_node import metrics as M
 from swarm_node.backend import Policy
 from swarm_node.codec import Group
 from swarm_node.config import NodeConfig
-from swarm_node.loss import group_advantages, policy_loss
+from swarm_node.loss import group_advantages, implausible, policy_loss, teach_only
 
 
 def _merge_stats(acc: dict[str, float], stats: dict[str, float], weight: float) -> None:
@@ -48,8 +49,9 @@ class Trainer:
                                            weight_decay=cfg.train.weight_decay)
         self.policy_version = 0
 
-    def step(self, groups: list[Group]) -> dict[str, float]:
-        """One optimizer step on all completions of `groups`; returns the loss stats."""
+    def step(self, groups: list[Group], untrusted: list[bool] | None = None) -> dict[str, float]:
+        """One optimizer step on all completions of `groups`; returns the loss stats. `untrusted`:
+        per completion (in order), whether an untrusted peer sent it (`loss.teach_only`)."""
         start = time.perf_counter()
         prompts = [g.prompt_tokens.tolist() for g in groups for _ in g.completions]
         completions = [c.tokens.tolist() for g in groups for c in g.completions]
@@ -57,6 +59,11 @@ class Trainer:
         rewards = torch.tensor([c.reward for g in groups for c in g.completions], dtype=torch.float32)  # [N]
         group_ids = torch.tensor([k for k, g in enumerate(groups) for _ in g.completions])  # [N]
         advantages = group_advantages(rewards, group_ids)  # [N]
+        from_untrusted = torch.tensor(untrusted if untrusted is not None else [False] * len(rewards), dtype=torch.bool)  # [N]
+        peer_negatives = float(((advantages < 0) & from_untrusted).float().mean()) if len(rewards) else 0.0
+        advantages = teach_only(advantages, from_untrusted, self.cfg.loss.peer_negative_weight)  # [N]
+        floor = self._plausibility_floor(gen_logps, from_untrusted)
+        n_implausible = 0
         active = [i for i in range(len(completions)) if advantages[i] != 0 and len(completions[i]) > 0]
         total = len(completions)
         stats: dict[str, float] = {}
@@ -70,7 +77,12 @@ class Trainer:
             gen = torch.zeros_like(logp)  # [b, T]
             for row, i in enumerate(idx):
                 gen[row, :len(gen_logps[i])] = torch.from_numpy(gen_logps[i].astype("float32"))
-            loss, mb_stats = policy_loss(logp, gen, advantages[idx].to(logp.device), mask, self.cfg.loss)
+            adv = advantages[idx].to(logp.device)  # [b]
+            if floor is not None:  # an untrusted peer's positive must be plausible under our policy
+                drop = implausible(logp, mask, floor) & from_untrusted[idx].to(logp.device) & (adv > 0)  # [b]
+                n_implausible += int(drop.sum())
+                adv = torch.where(drop, torch.zeros_like(adv), adv)  # [b]
+            loss, mb_stats = policy_loss(logp, gen, adv, mask, self.cfg.loss)
             (loss * len(idx) / total).backward()
             _merge_stats(stats, mb_stats, len(idx) / len(active))
         grad_norm = 0.0
@@ -83,5 +95,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation (memory)
         stats.update({M.TRAIN_GROUPS: len(groups), M.TRAIN_SEQUENCES: total, M.TRAIN_ACTIVE_FRAC: len(active) / max(total, 1),
                       M.TRAIN_GRAD_NORM: grad_norm, M.TRAIN_POLICY_VERSION: self.policy_version,
+                      M.TRAIN_PEER_NEGATIVES: peer_negatives, M.TRAIN_PEER_IMPLAUSIBLE: n_implausible / max(total, 1),
                       M.TIME_TRAIN: time.perf_counter() - start})
         return stats
+
+    def _plausibility_floor(self, gen_logps: list, untrusted: torch.Tensor) -> float | None:
+        """q05 of the node's own samples' mean per-token log-prob minus the margin (None: no check)."""
+        margin = self.cfg.loss.peer_plausibility_margin
+        own = [float(lp.mean()) for lp, u in zip(gen_logps, untrusted.tolist()) if not u and len(lp)]
+        if margin is None or not own or not bool(untrusted.any()):
+            return None
+        return float(np.percentile(own, 5)) - margin

@@ -402,3 +402,29 @@ def test_property_padding_length_invariance(seed, pad, variant, reduce):
     torch.testing.assert_close(lp2.grad[:, :4], lp.grad)
     assert torch.all(lp2.grad[:, 4:] == 0)
     assert s2 == pytest.approx(s)
+
+
+def test_teach_only_scales_only_untrusted_negatives():
+    from swarm_node.loss import teach_only
+
+    adv = torch.tensor([-1.5, 0.5, -0.25, 2.0, 0.0])
+    untrusted = torch.tensor([True, True, False, False, True])
+    assert teach_only(adv, untrusted, 0.0).tolist() == [0.0, 0.5, -0.25, 2.0, 0.0]
+    assert teach_only(adv, untrusted, 0.5).tolist() == [-0.75, 0.5, -0.25, 2.0, 0.0]
+    assert teach_only(adv, untrusted, 1.0).tolist() == adv.tolist()
+    with pytest.raises(ValueError, match="untrusted must be"):
+        teach_only(adv, untrusted[:2], 0.0)
+    with pytest.raises(ValueError, match="peer_negative_weight"):
+        LossConfig(peer_negative_weight=1.5)
+
+
+def test_implausible_flags_sequences_whose_mean_logprob_is_below_the_floor():
+    from swarm_node.loss import implausible
+
+    logp = torch.tensor([[-0.2, -0.4, 0.0], [-5.0, -4.0, -6.0], [-9.0, -0.1, -0.1], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0]])
+    # means: -0.3, -5.0, -3.07; an empty sequence is never flagged
+    assert implausible(logp, mask, -1.0).tolist() == [False, True, True, False]
+    assert implausible(logp, mask, -3.5).tolist() == [False, True, False, False]
+    with pytest.raises(ValueError, match="peer_plausibility_margin"):
+        LossConfig(peer_plausibility_margin=-1.0)

@@ -137,10 +137,13 @@ def test_combine(tiny_policy, arith, mode):
     buffer = RolloutBuffer(max_peer_groups=10, horizontal=mode == "horizontal")
     buffer.add(groups, OWN, 0, 1)
     buffer.add(peer_copy, "peer", 0, 1)
-    batch = combine(buffer.take(), mode)
+    batch, sources = combine(buffer.take(), mode)
     if mode == "vertical":
-        assert len(batch) == 4
+        assert len(batch) == 4 and sources == [OWN] * 6 + ["peer"] * 6
     else:
         assert [g.example_id for g in batch] == [g.example_id for g in groups]
         assert all(len(g.completions) == 6 for g in batch)
+        assert sources == ([OWN] * 3 + ["peer"] * 3) * 2  # each merged group: ours, then the peer's
+        assert [c for g in batch for c in g.completions] == [c for g, p in zip(groups, peer_copy)
+                                                             for c in g.completions + p.completions]
     assert len(groups[0].completions) == 3  # inputs untouched

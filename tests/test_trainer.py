@@ -112,3 +112,58 @@ def test_training_forward_builds_no_kv_cache_and_the_head_runs_in_float32(arith)
         lambda mod, args: seen.__setitem__("head_dtype", args[0].dtype))
     policy.token_logprobs([[5, 6, 7]], [[8, 9]])
     assert seen == {"use_cache": False, "head_dtype": torch.float32}
+
+
+def test_an_untrusted_peers_negatives_carry_no_gradient_unless_configured(arith):
+    """loss.teach_only: the gradient of a batch whose untrusted completions are negatives equals the
+    gradient of the batch without them (they still count in B); with peer_negative_weight = 1 (the
+    paper's F-TIS) they do push. Own and trusted completions are never changed."""
+    def gradient(untrusted, weight, drop_negatives_of_untrusted=False):
+        cfg = NodeConfig()
+        cfg.train.lr, cfg.train.max_grad_norm, cfg.loss.peer_negative_weight = 1e-3, 0.0, weight
+        policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
+        trainer, grads = Trainer(policy, cfg), []
+        trainer.optimizer.step = lambda: grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+        groups = _groups_with_signal(policy, arith)
+        stats = trainer.step(groups, untrusted)
+        return grads[0], stats
+
+    n = 8  # two groups of four: rewards 0, 1, 0, 1
+    second_group_untrusted = [False] * 4 + [True] * 4
+    dropped, stats = gradient(second_group_untrusted, 0.0)
+    paper, _ = gradient(second_group_untrusted, 1.0)
+    trusted, _ = gradient(None, 0.0)
+    assert stats["train/peer_negatives_frac"] == 2 / n
+    assert torch.equal(paper, trusted)  # weight 1: exactly the paper's objective
+    assert not torch.allclose(dropped, trusted, atol=1e-7)
+
+    # the same batch with the untrusted negatives' advantage zeroed by hand (rewards cannot do that
+    # alone: group advantages are computed before teach_only), built from the loss directly
+    from swarm_node.loss import group_advantages, teach_only
+    rewards = torch.tensor([float(i % 2) for i in range(n)])
+    adv = group_advantages(rewards, torch.tensor([0] * 4 + [1] * 4))
+    kept = teach_only(adv, torch.tensor(second_group_untrusted), 0.0)
+    assert kept[:4].tolist() == adv[:4].tolist() and (kept[4:] >= 0).all() and (kept[4:] == adv[4:].clamp(min=0)).all()
+
+
+def test_an_untrusted_peers_implausible_positives_teach_nothing(arith):
+    """A positive the node would never write (mean per-token log-prob far below its own samples':
+    a random tiny model gives any token about -log(vocab), its own samples claim -0.1 here) is
+    dropped when an untrusted peer sent it, kept when the node's own or a trusted peer's."""
+    def step(untrusted, margin):
+        cfg = NodeConfig()
+        cfg.train.lr, cfg.loss.peer_plausibility_margin = 1e-3, margin
+        policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
+        groups = _groups_with_signal(policy, arith)
+        implausible_tokens = policy.encode("qzqzq")
+        for c in groups[0].completions:  # the node's own samples, as a confident sampler reports them
+            c.logprobs = np.full(len(c.tokens), -0.1, np.float32)
+        for c in groups[1].completions:  # the second group: completions no tiny model would write
+            c.tokens = np.asarray(implausible_tokens, np.uint32)
+            c.logprobs = np.full(len(implausible_tokens), -0.5, np.float32)  # whatever the peer claims
+        return Trainer(policy, cfg).step(groups, untrusted)
+
+    second_untrusted = [False] * 4 + [True] * 4
+    assert step(second_untrusted, 1.0)["train/peer_implausible_frac"] == 2 / 8  # its two positives
+    assert step(second_untrusted, None)["train/peer_implausible_frac"] == 0.0
+    assert step(None, 1.0)["train/peer_implausible_frac"] == 0.0  # own / trusted: never checked

@@ -1,0 +1,87 @@
+"""A peer's packets may teach a node, never un-teach it (loss.teach_only, loss.implausible), as real
+processes on 127.0.0.1.
+
+Victim V and honest peer H are `swarm-node join` nodes at the project's defaults for `tiny-s`
+(16 prompts a round, lr 1e-4, G = 12) from the demo's 800-step warm start, 100 rounds. The
+attacker (bench/poison_attacker.py --kind junk, issue 26) serves V packets that pass every
+admission check: real train prompts, exactly G completions, none too long, log-probs of the public
+warm start. Per group, 6 correct completions with junk and a newline before the answer line
+(reward 1) and 6 wrong ones that are the right answer line followed by junk (reward 0); it offers
+rounds ahead, so V trains on its groups in almost every round. Measured here: with the paper's
+F-TIS for every peer V fell from 0.14 to 0.01 held-out pass@1; with its negatives dropped alone
+to 0.03 (the positives un-teach too: V learns a context in which it never learned the answer);
+with the default defences (negatives dropped, implausible positives dropped) it rose to 0.485.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from procs import Proc
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUNDS = 100
+# The arms run: peer_negative_weight with peer_plausibility_margin at its default (1.0), or "paper" (the
+# paper's F-TIS for every peer: weight 1, no plausibility check). CI runs the default arm only; its
+# figures for "paper" are in docs/RELIABILITY.md. SWARM_NODE_POISON_ARMS=paper,0 runs both.
+ARMS = os.environ.get("SWARM_NODE_POISON_ARMS", "0").split(",")
+NODE = ["--model", "tiny-s", "--task", "arith", "--rounds", str(ROUNDS), "--set", "train.warmstart_steps=800",
+        "--set", "task.eval_limit=200", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
+        "--set", "swarm.deadline_s=20", "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=10",
+        "--set", "swarm.alone_wait_s=null"]
+
+
+def public_warm_start() -> str:
+    """The warm start every tiny-s node of this recipe shares (the attacker's copy of V's round 0)."""
+    from swarm_node.config import load_config
+    from swarm_node.tasks import load_task
+    from swarm_node.warmstart import warmstarted_model
+
+    cfg = load_config(None, ["model.name=tiny-s", "task.name=arith", "train.warmstart_steps=800", "threads=1"])
+    return warmstarted_model(cfg, load_task("arith", None, **cfg.task.options))
+
+
+def attacked_swarm(tmp: Path, procs, arm: str) -> tuple[list[dict], list[dict]]:
+    """(V's rows, H's rows) of one run with the attacker serving V, in `arm` (see ARMS)."""
+    run = f"poison-{arm}"
+    loss = (["--set", "loss.peer_negative_weight=1", "--set", "loss.peer_plausibility_margin=null"] if arm == "paper"
+            else ["--set", f"loss.peer_negative_weight={arm}"]) + ["--run-id", run]
+    v = procs(Proc.join([*NODE, *loss, "--set", "train.seed=0"], tmp / "victim"))
+    h = procs(Proc.join([*NODE, *loss, "--set", "train.seed=1", "--peers", v.address()], tmp / "honest"))
+    evil = procs(Proc([sys.executable, str(ROOT / "bench" / "poison_attacker.py"), "--kind", "junk",
+                       "--peers", v.address(), "--run-id", run, "--model", public_warm_start(),
+                       "--groups", "16", "--seconds", "900", "--summary", str(tmp / "attacker.json")]))
+    evil.wait_line("ATTACKER", 180)
+    for node in (v, h):
+        assert node.wait(900) == 0, node.text()
+    evil.proc.terminate()
+    assert evil.wait(60) == 0, evil.text()
+    offered = json.loads((tmp / "attacker.json").read_text())["rounds"]
+    assert len(offered) >= ROUNDS, evil.text()
+    return v.rows(), h.rows()
+
+
+def test_a_junk_poisoner_cannot_unteach_a_node(tmp_path, procs):
+    for arm in ARMS:
+        v_rows, h_rows = attacked_swarm(tmp_path / arm, procs, arm)
+        start, end = v_rows[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]
+        peer_groups = sum(r.get("swarm/peer_groups_used", 0) for r in v_rows[1:])
+        dropped = [np.mean([r.get(k, 0.0) for r in v_rows[1:]]) for k in ("train/peer_negatives_frac",
+                                                                         "train/peer_implausible_frac")]
+        print(f"\narm {arm}: victim pass@1 {start:.3f} -> {end:.3f} after {ROUNDS} rounds, honest peer "
+              f"{h_rows[0]['eval/accuracy']:.3f} -> {h_rows[-1]['eval/accuracy']:.3f}; victim trained on {peer_groups} "
+              f"peer groups; of its sequences {dropped[0]:.2f} were peer negatives, {dropped[1]:.2f} implausible "
+              f"peer positives")
+        assert [r["round"] for r in v_rows] == list(range(ROUNDS + 1))
+        assert peer_groups >= ROUNDS  # peers' groups were trained on in (about) every round
+        if arm == "paper":  # the attack is real: with the paper's objective it un-teaches the victim
+            assert end < start - 0.06, (start, end)
+        else:
+            # held-out pass@1 on n = 200 has a standard error of ~0.03; the paper arm ended at 0.01
+            assert end >= start - 0.03, (start, end)
