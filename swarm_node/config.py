@@ -232,6 +232,8 @@ class SwarmConfig:
     """Stop collecting a round's peer packets once this many peers' packets were accepted (or the deadline passed)."""
     deadline_s: float = 30.0
     """Longest wait for peer packets after generating a round."""
+    fair_wait_s: float = 2.0
+    """Once min_peers were accepted, keep collecting at most this long for the other neighbours that have not delivered this round (so a peer that always delivers first cannot crowd slower ones out)."""
     alone_wait_s: float | None = 5.0
     """A node that started a new swarm (no --peers) waits only this long per round until a first peer appears (None = deadline_s)."""
     staleness: int = 2
@@ -279,6 +281,7 @@ class SwarmConfig:
         _check(self.discovery in ("push", "dht-key"), f"swarm.discovery must be push|dht-key, got {self.discovery!r}")
         _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
         _check(self.min_peers >= 0, "swarm.min_peers must be >= 0")
+        _check(self.fair_wait_s >= 0, "swarm.fair_wait_s must be >= 0")
         _check(self.deadline_s >= 0 and (self.alone_wait_s is None or self.alone_wait_s >= 0),
                "swarm.deadline_s/alone_wait_s must be >= 0")
         _check(self.staleness >= 0, "swarm.staleness must be >= 0")

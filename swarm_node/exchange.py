@@ -4,7 +4,10 @@
     collect:  ask the transport for peers' packets of rounds within the staleness bound, and
               pass each to the admission check the node supplies, until packets of `min_peers`
               distinct peers were *accepted* (a rejected packet does not end the wait, so a fast
-              hostile peer cannot cut honest ones off) or the deadline passed (never waits forever)
+              hostile peer cannot cut honest ones off) or the deadline passed (never waits forever);
+              then, fair arrival, at most `fair_wait_s` more for the neighbours not heard from
+              this round: a peer that offers rounds ahead and always arrives first used to end
+              every wait and crowd the honest peer out (0 bytes from it in 100 of 100 rounds)
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness;
@@ -91,19 +94,28 @@ class Exchange:
         rejected: Counter[str] = Counter()
         n_received, packet_bytes_in, peers = 0, 0, 0
         t_end = time.monotonic() + self._deadline()
+        heard: set[str] = set()  # peers that delivered a packet this round (accepted or not)
+        t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
         for _ in range(MAX_COLLECTS):
-            need = s.min_peers - len({peer for peer, _ in accepted})
-            got = self.transport.collect(oldest, newest, need, max(0.0, t_end - time.monotonic()))
+            have = {peer for peer, _ in accepted}
+            if t_fair is None and len(have) >= s.min_peers:
+                t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
+            if t_fair is None:
+                got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
+            elif {p.peer_id for p in self.transport.peers()} - heard and time.monotonic() < t_fair:
+                got = self.transport.collect(oldest, newest, 1, max(0.0, t_fair - time.monotonic()))
+            else:
+                break
             rejected.update(got.dropped)
             peers = max(peers, got.peers)
             n_received += len(got.packets)
             for item in got.packets:
+                heard.add(item.peer_id)
                 packet = self._admit(item, admit, rejected)
                 if packet is not None:
                     accepted.append((item.peer_id, packet))
                     packet_bytes_in += len(item.data)
-            enough = len({peer for peer, _ in accepted}) >= s.min_peers
-            if not got.packets or enough or time.monotonic() >= t_end:
+            if not got.packets and t_fair is None or time.monotonic() >= t_end:
                 break
         after = self.transport.stats()
         groups_in = [g for _, p in accepted for g in p.groups]

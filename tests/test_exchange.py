@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -10,7 +12,7 @@ from swarm_node.codec import Completion, Group, Packet, decode, encode, tokenize
 from swarm_node.codec import digest as packet_digest
 from swarm_node.config import RolloutConfig, load_config
 from swarm_node.exchange import Exchange, group_fingerprint
-from swarm_node.net import Collected, Received
+from swarm_node.net import Collected, PeerInfo, Received
 from swarm_node.rollout import generate_groups, round_examples
 from swarm_node.sampling.hf import HFSampler
 
@@ -106,3 +108,42 @@ def test_echoes_of_our_packet_are_rejected_and_do_not_end_the_wait(tiny_policy, 
     assert transport.calls == [1, 1, 1]  # each echo left the wait open: the exchange asked again
     assert stats["swarm/rejected/echo"] == 2 and stats["swarm/packets_received"] == 3
     assert stats["swarm/packets_accepted"] == 1
+
+
+class PacedTransport(ScriptedTransport):
+    """Scripted batches, then waits out each call's deadline like a real transport with nothing to deliver."""
+
+    def __init__(self, neighbours: list[str]):
+        super().__init__()
+        self.neighbours = neighbours
+
+    def collect(self, oldest, newest, min_peers, deadline_s):
+        self.calls.append(min_peers)
+        if self.batches:
+            return Collected(self.batches.pop(0), peers=len(self.neighbours))
+        time.sleep(deadline_s)
+        return Collected([], peers=len(self.neighbours))
+
+    def peers(self):
+        return [PeerInfo(p, "m", "t", 2, 5, 1, [], 0.0) for p in self.neighbours]
+
+
+def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_others():
+    """min_peers = 1: QmFast's packet ends the wait as before, but QmSlow, a neighbour not heard from
+    yet, still gets fair_wait_s; a neighbour that never delivers costs at most fair_wait_s."""
+    def run(fair_wait_s: float, neighbours: list[str], batches: list[list[str]]):
+        cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=20",
+                                 f"swarm.fair_wait_s={fair_wait_s}"])
+        transport = PacedTransport(neighbours)
+        transport.batches = [[Received(p, 5, f"sha256:{p}", p.encode()) for p in batch] for batch in batches]
+        exchange = Exchange(transport, cfg.swarm, "m", "t")
+        t0 = time.monotonic()
+        accepted, _ = exchange.collect(5, lambda item: SimpleNamespace(groups=[]))  # admits everything
+        return [peer for peer, _ in accepted], transport.calls, time.monotonic() - t0
+
+    assert run(2.0, ["QmFast", "QmSlow"], [["QmFast"], ["QmSlow"]])[:2] == (["QmFast", "QmSlow"], [1, 1])
+    assert run(0.0, ["QmFast", "QmSlow"], [["QmFast"], ["QmSlow"]])[:2] == (["QmFast"], [1])  # the old behaviour
+    accepted, calls, seconds = run(0.5, ["QmFast", "QmSilent"], [["QmFast"]])
+    assert accepted == ["QmFast"] and 0.45 <= seconds < 2.0, seconds
+    accepted, calls, seconds = run(2.0, ["QmFast"], [["QmFast"]])  # everyone heard from: no extra wait
+    assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
