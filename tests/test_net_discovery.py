@@ -378,3 +378,41 @@ def test_a_replayed_record_costs_no_second_signature_check(monkeypatch):
     monkeypatch.setattr(vx._rsa, "validate", lambda r: checks.append(r) or real(r))
     assert all(vx.check(record) is None for _ in range(100))
     assert len(checks) == 1
+
+
+def test_signature_checks_of_new_records_are_budgeted_per_owner_and_in_all(monkeypatch):
+    """A flood of fresh records with junk signatures (free to make) costs at most the budgets in RSA
+    operations: OWNER_VERIFY_BURST for one owner key, VERIFY_BURST over many; the rest are refused
+    unverified and counted. Time is frozen, so no budget refills."""
+    from hivemind.dht.validation import DHTRecord
+
+    import swarm_node.net.discovery as D
+
+    now = [1000.0]
+    monkeypatch.setattr(D.time, "monotonic", lambda: now[0])
+    key_x, _ = load_or_create_identity(None)
+    vx = RecordValidator.members(wrap_rsa_key(key_x), "run-a")
+    owners = [load_or_create_identity(None)[0] for _ in range(3)]
+    validators = [RecordValidator.members(wrap_rsa_key(k), "run-a") for k in owners]
+    rsa_operations = []
+    monkeypatch.setattr(vx._rsa, "validate", lambda record: rsa_operations.append(record) or False)
+
+    def junk(v, k, i):  # schema-valid, bound to its owner key, a signature that will not verify
+        pid = peer_id_of(k.public_key())
+        good = _member_record(v, member_key("run-a", member_bucket(pid)),
+                              make_member_record(pid, i, [f"/ip4/127.0.0.1/tcp/{i}"], 1000.0), time.time() + 60)
+        return DHTRecord(good.key, good.subkey, v.strip_value(good) + b"[signature:junk]", good.expiration_time)
+
+    reasons = Counter(vx.check(junk(validators[0], owners[0], i)) for i in range(100))
+    assert len(rsa_operations) == D.OWNER_VERIFY_BURST and reasons["verification budget spent"] == 100 - D.OWNER_VERIFY_BURST
+    now[0] += 1 / D.OWNER_VERIFY_RATE  # one more for that owner after its refill time
+    assert vx.check(junk(validators[0], owners[0], 500)) == "bad signature"
+    assert vx.stats["records_over_budget"] == 100 - D.OWNER_VERIFY_BURST
+
+    monkeypatch.setattr(D, "OWNER_VERIFY_BURST", 10**6)  # many owners: the shared budget holds
+    vy = RecordValidator.members(wrap_rsa_key(key_x), "run-a")
+    monkeypatch.setattr(vy._rsa, "validate", lambda record: rsa_operations.append(record) or False)
+    rsa_operations.clear()
+    for i in range(int(D.VERIFY_BURST) + 50):
+        vy.check(junk(validators[i % 3], owners[i % 3], i))
+    assert len(rsa_operations) == D.VERIFY_BURST

@@ -125,7 +125,8 @@ def test_a_thousand_sybil_identities_and_junk_peers_do_not_partition_honest_node
                               "m", "tok")
         b.start()
         attacker = loop.run(store_sybil_members(signer, keys, run, a.join_addrs()[0]), 120)
-        assert attacker[2] == SYBILS  # every record was accepted by some holder: valid signatures
+        # valid signatures, but the holders verify at most VERIFY_BURST new records at once (+ VERIFY_RATE/s)
+        assert 0 < attacker[2] < SYBILS, attacker[2]
         junk_host = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, peers=a.join_addrs()), "m", "tok",
                                       discovery="dht-key")
         junk_host.start()

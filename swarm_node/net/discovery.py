@@ -39,6 +39,28 @@ ANNOUNCE_TIMEOUT_S = 5.0  # one announcement exchange (dial + frame + reply) at 
 MEMBER_TARGET = 256  # live membership records wanted in all (MEMBER_BUCKETS x half a bucket), whatever N
 MAX_CONCURRENT_ANNOUNCES = 64  # announcement streams served at once (one per peer); more are closed
 MAX_VERDICTS = 8192  # signature verdicts remembered (the newest), so a replayed record costs no RSA operation
+# RSA verifications of new records: at most VERIFY_RATE per second in all (burst VERIFY_BURST) and
+# OWNER_VERIFY_BURST per owner key, refilled at OWNER_VERIFY_RATE. An honest owner writes one record
+# per bucket per republish (every record_ttl_s / 3); past the budget a record is refused unverified.
+VERIFY_RATE, VERIFY_BURST = 100.0, 200.0
+OWNER_VERIFY_RATE, OWNER_VERIFY_BURST = 0.5, 8.0
+MAX_OWNER_BUDGETS = 4096  # owner keys whose budget is remembered (the most recent)
+
+
+class TokenBucket:
+    """`rate` tokens a second up to `burst`; `take()` spends one if there is one."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = rate, burst
+        self.tokens, self.t = burst, time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens, self.t = min(self.burst, self.tokens + (now - self.t) * self.rate), now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 def check_member_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
@@ -64,6 +86,8 @@ class RecordValidator(RecordValidatorBase):
         self._check_value, self._max_bytes = check_value, max_bytes
         self.stats = stats if stats is not None else {"records_rejected": 0}
         self._verdicts: OrderedDict[bytes, bool] = OrderedDict()  # record fingerprint -> signature valid
+        self._budget = TokenBucket(VERIFY_RATE, VERIFY_BURST)  # RSA verifications, all owners together
+        self._owner_budgets: OrderedDict[bytes, TokenBucket] = OrderedDict()  # owner key -> its verifications
 
     @classmethod
     def members(cls, private_key: RSAPrivateKey, run_id: str, stats: dict | None = None) -> RecordValidator:
@@ -88,15 +112,24 @@ class RecordValidator(RecordValidatorBase):
         reason = self._check_value(owner, self._rsa.strip_value(record), record.expiration_time)
         if reason is not None:
             return reason
-        return None if self._signature_ok(record) else "bad signature"
+        verdict = self._signature_ok(record, owner)
+        return "verification budget spent" if verdict is None else None if verdict else "bad signature"
 
-    def _signature_ok(self, record: DHTRecord) -> bool:
-        """The record's signature check, remembered: a replayed record costs no RSA operation."""
+    def _signature_ok(self, record: DHTRecord, owner: bytes) -> bool | None:
+        """The record's signature check, remembered: a replayed record costs no RSA operation. None:
+        not checked, the owner's or everyone's verification budget is spent (refused, not remembered)."""
         fingerprint = hashlib.sha256(msgpack.packb(
             [record.key, record.subkey, record.value, record.expiration_time])).digest()
         if fingerprint in self._verdicts:
             self._verdicts.move_to_end(fingerprint)
             return self._verdicts[fingerprint]
+        budget = self._owner_budgets.pop(owner, None) or TokenBucket(OWNER_VERIFY_RATE, OWNER_VERIFY_BURST)
+        self._owner_budgets[owner] = budget  # most recent last
+        while len(self._owner_budgets) > MAX_OWNER_BUDGETS:
+            self._owner_budgets.popitem(last=False)
+        if not budget.take() or not self._budget.take():
+            self.stats["records_over_budget"] = self.stats.get("records_over_budget", 0) + 1
+            return None
         try:
             ok = bool(self._rsa.validate(record))
         except Exception:  # hostile bytes must give a reason, never an exception inside a DHT RPC handler
