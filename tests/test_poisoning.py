@@ -49,13 +49,13 @@ def public_warm_start() -> str:
 
 def attacked_swarm(tmp: Path, procs, arm: str) -> tuple[list[dict], list[dict]]:
     """(V's rows, H's rows) of one run with the attacker serving V, in `arm` (see ARMS)."""
-    run = f"poison-{arm}"
+    run, model = f"poison-{arm}", public_warm_start()  # cached first: the nodes reuse it
     loss = (["--set", "loss.peer_negative_weight=1", "--set", "loss.peer_plausibility_margin=null"] if arm == "paper"
             else ["--set", f"loss.peer_negative_weight={arm}"]) + ["--run-id", run]
     v = procs(Proc.join([*NODE, *loss, "--set", "train.seed=0"], tmp / "victim"))
     h = procs(Proc.join([*NODE, *loss, "--set", "train.seed=1", "--peers", v.address()], tmp / "honest"))
     evil = procs(Proc([sys.executable, str(ROOT / "bench" / "poison_attacker.py"), "--kind", "junk",
-                       "--peers", v.address(), "--run-id", run, "--model", public_warm_start(),
+                       "--peers", v.address(), "--run-id", run, "--model", model,
                        "--groups", "16", "--seconds", "900", "--summary", str(tmp / "attacker.json")]))
     evil.wait_line("ATTACKER", 180)
     for node in (v, h):
