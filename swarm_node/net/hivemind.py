@@ -2,7 +2,7 @@
 
 Discovery (`discovery`; protocol/SPEC.md section 11):
     push     (v2, default) each node keeps D ~ k + 3 sqrt(k) neighbors and pushes its offers to them
-             over `swarm_node.announce.v2` streams (`announce.py`); small signed membership records
+             over `/swarm-node/announce/2.0.0` streams (`announce.py`); small signed membership records
              sit in a few capped DHT keys, refreshed rarely and read only when a node runs out of
              candidates (`discovery.MemberDirectory`). Cost per node and round: O(D), not O(N).
     dht-key  (v1) every node's signed record under one DHT key, polled whole (`discovery.PeerDirectory`);
@@ -54,7 +54,7 @@ from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_
 from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (
-    FETCH_PROTOCOL, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
+    FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
     STATUS_NOT_FOUND, is_digest, make_record,
 )
 
@@ -159,8 +159,9 @@ class HivemindTransport:
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
         self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats)
-        await self._p2p.add_binary_stream_handler(
-            FETCH_PROTOCOL, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
+        for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
+            await self._p2p.add_binary_stream_handler(
+                proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
         await self._p2p.add_binary_stream_handler(
             DIALBACK_PROTOCOL, lambda info, reader, writer: self._dialback_server.handle(
                 str(info.peer_id), str(info.addr), reader, writer))
@@ -429,7 +430,7 @@ class HivemindTransport:
         download = Download(self.cfg.run_id, digest, limit)
 
         async def stream_to_peer() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            info, reader, writer = await open_stream(self._p2p, pid, FETCH_PROTOCOL)
+            info, reader, writer = await open_stream(self._p2p, pid, FETCH_PROTOCOLS)  # new id first
             if info.peer_id != pid:
                 writer.close()
                 raise SwarmError(f"a stream to {peer_id} reached {info.peer_id}")

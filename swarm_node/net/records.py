@@ -25,7 +25,9 @@ from swarm_node.net import PeerInfo
 
 # ---- names and limits (protocol/SPEC.md sections 11-12) ---------------------------------------
 DISCOVERY_VERSION = 2
-ANNOUNCE_PROTOCOL = "swarm_node.announce.v2"  # libp2p stream protocol id of announcements (v2)
+ANNOUNCE_PROTOCOL = "/swarm-node/announce/2.0.0"  # libp2p stream protocol id of announcements (v2)
+LEGACY_ANNOUNCE_PROTOCOL = "swarm_node.announce.v2"  # the same protocol's id before 2026-11 (no leading "/")
+ANNOUNCE_PROTOCOLS = (ANNOUNCE_PROTOCOL, LEGACY_ANNOUNCE_PROTOCOL)  # served both; dialled in this order
 MEMBER_KEY_FORMAT = "swarm-node/{run_id}/v2/members/{bucket}"  # DHT keys of membership records (v2)
 MEMBER_BUCKETS = 8  # membership keys per run; a node writes to bucket H(peer id) mod MEMBER_BUCKETS
 MAX_BUCKET_ENTRIES = 64  # a holder keeps at most this many records per membership key (the latest-expiring)
@@ -39,7 +41,9 @@ MAX_DEGREE = 1024  # largest neighbor count an announcement may state
 MAX_ROUND = 2**53 - 1  # v2: rounds above the packet codec's integer range are junk (no packet can carry them)
 STATUS_FULL, STATUS_REFUSED = "full", "refused"  # announcement replies besides "ok"
 RECORD_KEY_FORMAT = "swarm-node/{run_id}/peers"  # v1 DHT key; the subkey is the owner's "[owner:ssh-rsa ...]"
-FETCH_PROTOCOL = "swarm_node.fetch.v1"  # libp2p stream protocol id of the packet server
+FETCH_PROTOCOL = "/swarm-node/fetch/1.0.0"  # libp2p stream protocol id of the packet server
+LEGACY_FETCH_PROTOCOL = "swarm_node.fetch.v1"  # the same protocol's id before 2026-11 (rust-libp2p refuses it)
+FETCH_PROTOCOLS = (FETCH_PROTOCOL, LEGACY_FETCH_PROTOCOL)  # served both; dialled in this order (SPEC section 12)
 MAX_RECORD_BYTES = 4096  # msgpack record value, signature stripped
 MAX_SIGNED_RECORD_BYTES = 8192  # record value as stored in the DHT (record + "[signature:...]")
 MAX_RECORD_TTL_S = 3600.0  # a record may not expire later than now + this (bounds stale entries)
