@@ -225,7 +225,7 @@ class SwarmConfig:
     deadline_s: float = 30.0
     """Longest wait for peer packets after generating a round."""
     alone_wait_s: float | None = 5.0
-    """A node that started a new swarm (no --peers) waits only this long per round until a first peer appears (None = deadline_s)."""
+    """A round's wait while no neighbour is a producer near our round: a new swarm's first node, or neighbours that only relay or announce far-off rounds (None = deadline_s)."""
     staleness: int = 2
     """Accept peer packets from rounds r - staleness .. r + staleness; older ones are ignored and counted."""
     max_peer_groups: int = 24

@@ -48,6 +48,7 @@ class PeerInfo:
     offers: list[tuple[int, str, int]]  # (round, digest, size) of the packets it serves
     updated_at: float
     addrs: list[str] = field(default_factory=list)  # where to dial it, best first (v2 announcements)
+    produces: bool = True  # False: it announced that it offers no packets (a relay, a light client); never waited for
 
 
 @dataclass

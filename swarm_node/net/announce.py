@@ -103,10 +103,10 @@ class Mesh:
 
     # ---- our side ---------------------------------------------------------------------------------------
     def set_own(self, model_id: str, tokenizer: str, round: int, policy_version: int,
-                offers: list[tuple[int, str, int]], addrs: list[str]) -> None:
+                offers: list[tuple[int, str, int]], addrs: list[str], produces: bool = True) -> None:
         self.seq = max(self.seq + 1, time.time_ns() // 1000)  # increasing, also across restarts
         self.own = make_announcement(self.run_id, self.seq, model_id, tokenizer, self.protocol, round, policy_version,
-                                     offers, addrs, [])
+                                     offers, addrs, [], produces=produces)
 
     def announcement(self, to: str) -> dict:
         """Our announcement for peer `to`. It carries a peer-exchange sample (leaving `to` out) only

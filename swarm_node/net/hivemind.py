@@ -98,8 +98,9 @@ class HivemindTransport:
     D = k + 3 sqrt(k) (default `cfg.min_peers`)."""
 
     def __init__(self, cfg: SwarmConfig, model_id: str, tokenizer: str, protocol: int = PROTOCOL_VERSION,
-                 discovery: str | None = None, mesh_k: int | None = None):
+                 discovery: str | None = None, mesh_k: int | None = None, produces: bool = True):
         self.cfg, self.model_id, self.tokenizer, self.protocol = cfg, model_id, tokenizer, protocol
+        self.produces = produces  # False: announce that we offer no packets (relay, light client)
         self.discovery = discovery or getattr(cfg, "discovery", "push")
         if self.discovery not in DISCOVERY_MODES:
             raise SwarmError(f"swarm.discovery must be one of {'|'.join(DISCOVERY_MODES)}, got {self.discovery!r}")
@@ -364,7 +365,8 @@ class HivemindTransport:
     def _own(self) -> dict:
         """What our announcement says (v2)."""
         return dict(model_id=self.model_id, tokenizer=self.tokenizer, round=self._round,
-                    policy_version=self._policy_version, offers=self._offered(), addrs=self._addrs)
+                    policy_version=self._policy_version, offers=self._offered(), addrs=self._addrs,
+                    produces=self.produces)
 
     def _connected(self) -> bool:
         return has_routes(self._dht) or bool(self._push is not None and self._push.mesh.neighbors)

@@ -107,7 +107,7 @@ class _Scripted:
         i = self.info
         return {"run_id": self.run_id or run_id, "seq": time.time_ns() // 1000, "degree": 0, "model_id": i.model_id,
                 "tokenizer": i.tokenizer, "protocol": i.protocol, "round": i.round, "policy_version": i.policy_version,
-                "offers": [list(o) for o in i.offers], "addrs": [], "peers": []}
+                "offers": [list(o) for o in i.offers], "addrs": [], "peers": [], "produces": i.produces}
 
     def answer(self, peer: str, announcement: dict) -> dict:
         run_id = announcement.get("run_id") if isinstance(announcement, dict) else None

@@ -207,11 +207,13 @@ def parse_member_record(obj: Any) -> Member:
 
 def make_announcement(run_id: str, seq: int, model_id: str, tokenizer: str, protocol: int, round: int,
                       policy_version: int, offers: list[tuple[int, str, int]], addrs: list[str],
-                      peers: list[tuple[str, list[str]]], degree: int = 0) -> dict:
-    """An announcement map (request frame, or the body of an "ok" reply), checked like a receiver would."""
+                      peers: list[tuple[str, list[str]]], degree: int = 0, produces: bool = True) -> dict:
+    """An announcement map (request frame, or the body of an "ok" reply), checked like a receiver would.
+    `produces` False says the sender offers no packets (a relay, a light client): never wait for it."""
     ann = {"run_id": run_id, "seq": seq, "degree": degree, "model_id": model_id, "tokenizer": tokenizer, "protocol": protocol, "round": round,
            "policy_version": policy_version, "offers": [[r, d, s] for r, d, s in offers][-MAX_OFFERS_IN_RECORD:],
-           "addrs": list(addrs)[:MAX_ADDRS], "peers": [[p, list(a)[:MAX_ADDRS]] for p, a in peers][:MAX_PX]}
+           "addrs": list(addrs)[:MAX_ADDRS], "peers": [[p, list(a)[:MAX_ADDRS]] for p, a in peers][:MAX_PX],
+           "produces": bool(produces)}
     parse_announcement(ann, "Qm1", 0.0)
     return ann
 
@@ -233,11 +235,14 @@ def parse_announcement(obj: Any, peer_id: str, received_at: float) -> Announceme
     if not isinstance(obj, dict) or not all(isinstance(k, str) for k in obj):
         raise RecordError("announcement must be a map with string keys")
     addrs = _parse_addrs(obj.get("addrs"))
+    produces = obj.get("produces", True)  # optional (2026-11); absent: the legacy convention decides
+    if type(produces) is not bool:
+        raise RecordError("produces: expected a bool")
     info = PeerInfo(
         peer_id=peer_id, model_id=_str(obj, "model_id"), tokenizer=_str(obj, "tokenizer"),
         protocol=_int(obj, "protocol", 0, 2**31 - 1), round=_int(obj, "round", 0, MAX_ROUND),
         policy_version=_int(obj, "policy_version", 0, MAX_ROUND), offers=_parse_offers(obj.get("offers"), MAX_ROUND),
-        updated_at=float(received_at), addrs=addrs)
+        updated_at=float(received_at), addrs=addrs, produces=produces)
     return Announcement(info, _str(obj, "run_id", 64), _int(obj, "seq", 0, MAX_ROUND), _int(obj, "degree", 0, MAX_DEGREE),
                         addrs, parse_peer_exchange(obj.get("peers")))
 
