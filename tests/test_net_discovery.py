@@ -337,3 +337,32 @@ def test_a_node_cut_off_for_a_minute_takes_packets_again_soon_after_the_heal(tmp
         assert sum(during) == 0  # the cut held
         assert rejoin_s <= REJOIN_BOUND_S
     assert leftover_namespaces(prefix) == []
+
+
+def test_pushes_to_a_neighbor_are_rate_limited_and_coalesced():
+    """Issue 28: a node whose rounds raced pushed ~10 announcements per second to its neighbor. Pushes
+    to one neighbor are at least MIN_PUSH_INTERVAL_S apart; the last one carries the newest state."""
+    from swarm_node.net.announce import MIN_PUSH_INTERVAL_S
+
+    mesh = Mesh("QmMe", "r", 1, PARAMS)
+    assert mesh.receive("QmPeer", _ann(), time.time())["status"] == "ok"
+    sent = []
+
+    async def contact(peer, addrs, announcement):
+        sent.append((asyncio.get_running_loop().time(), announcement["round"]))
+        return {"status": "ok", **_ann(seq=len(sent) + 1)}
+
+    driver = MeshDriver(mesh, contact)
+
+    async def main():
+        for r in range(1, 31):  # 30 rounds in ~1 s
+            mesh.set_own("m", "t", r, r, [], [])
+            driver.push()
+            await asyncio.sleep(0.033)
+        await asyncio.sleep(MIN_PUSH_INTERVAL_S + 0.2)
+        await asyncio.gather(*driver.in_flight.values())
+
+    asyncio.run(main())
+    times = [t for t, _ in sent]
+    assert 2 <= len(sent) <= 4 and sent[-1][1] == 30
+    assert all(b - a >= MIN_PUSH_INTERVAL_S - 0.01 for a, b in zip(times, times[1:]))

@@ -50,6 +50,7 @@ RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2,
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
+MIN_PUSH_INTERVAL_S = 0.5  # pushes to one neighbor at most this often; changes in between coalesce into one
 
 
 def fanout(k: int) -> int:
@@ -353,12 +354,35 @@ class MeshDriver:
         self.mesh, self.contact, self.read_members, self.clock = mesh, contact, read_members, clock
         self.in_flight: dict[str, asyncio.Task] = {}
         self.again: set[str] = set()  # neighbors to push to once their exchange in flight ends
+        self.pushed_at: dict[str, float] = {}  # neighbor -> loop time of our last push to it
+        self.deferred: set[str] = set()  # neighbors with a push scheduled (MIN_PUSH_INTERVAL_S)
         self.last_member_read, self.member_read_s = -math.inf, self.MEMBER_READ_S
 
     def push(self) -> None:
-        """Send our (new) announcement to every neighbor, in the background."""
-        for peer, n in list(self.mesh.neighbors.items()):
-            self._start(peer, n.addrs)
+        """Send our (new) announcement to every neighbor, in the background, at most once per
+        MIN_PUSH_INTERVAL_S per neighbor: a push sooner than that is scheduled for when the interval
+        ends and then sends the newest announcement, so fast rounds cannot flood a neighbor."""
+        loop = asyncio.get_running_loop()
+        for peer in list(self.mesh.neighbors):
+            if peer in self.deferred:
+                continue  # already scheduled: it will carry this announcement too
+            wait = self.pushed_at.get(peer, -math.inf) + MIN_PUSH_INTERVAL_S - loop.time()
+            if wait > 0:
+                self.deferred.add(peer)
+                loop.call_later(wait, self._push_deferred, peer)
+            else:
+                self._push_now(peer)
+
+    def _push_now(self, peer: str) -> None:
+        if len(self.pushed_at) > 4 * MAX_KNOWN:
+            self.pushed_at = {p: t for p, t in self.pushed_at.items() if p in self.mesh.neighbors}
+        self.pushed_at[peer] = asyncio.get_running_loop().time()
+        self._start(peer, self.mesh.neighbors[peer].addrs)
+
+    def _push_deferred(self, peer: str) -> None:
+        self.deferred.discard(peer)
+        if peer in self.mesh.neighbors:
+            self._push_now(peer)
 
     def _start(self, peer: str, addrs: list[str]) -> None:
         if peer in self.in_flight:
