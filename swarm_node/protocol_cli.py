@@ -4,7 +4,7 @@
     swarm-node protocol encode PACKET.json -o PACKET.msgpack      # JSON form -> canonical msgpack (-o - : stdout)
     swarm-node protocol digest PACKET.msgpack                     # sha256:<hex> content address
     swarm-node protocol fingerprint VOCAB.json|tokenizer.json|TOKENIZER   # tokenizer fingerprint
-    swarm-node protocol verify [DIR]                              # the reference codec against the vectors
+    swarm-node protocol verify [DIR]                              # the reference codec and tasks against the vectors
     swarm-node protocol conformance --impl "CMD {file} {vocab_size}"   # another implementation against them
 
 Exit status: 0 done; 1 the input packet (or vocabulary) is rejected, with `error: <code>: <message>`
@@ -195,7 +195,21 @@ def verify_cmd(directory: Annotated[Optional[Path], typer.Argument(help="Vectors
     with tempfile.TemporaryDirectory(prefix="swarm-vectors-") as work:
         cases = _cases(directory, Path(work), True, True) + conformance.digest_cases(directory or default_vectors_dir())
         runners = dict.fromkeys(("decode", "encode", "fingerprint", "digest"), reference_outcome)
-        _print_and_exit(conformance.run_cases(cases, runners, jobs=1, strict=True))
+        _print_and_exit(conformance.run_cases(cases, runners, jobs=1, strict=True) + _task_results(directory))
+
+
+def _task_results(directory: Path | None) -> list[conformance.Result]:
+    """The task contract's vectors (tasks.json: arith's generator, prompts, rewards, a manifest digest)."""
+    from swarm_node.contract import check_task_vectors
+
+    path = (directory or default_vectors_dir()) / "tasks.json"
+    if not path.is_file():
+        return []
+    try:
+        checks = check_task_vectors(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _fail(f"malformed {path}: {e!r}") from None
+    return [conformance.Result(conformance.Case("task", name, path, None), ok, detail) for name, ok, detail in checks]
 
 
 @protocol_app.command("conformance")

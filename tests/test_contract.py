@@ -1,0 +1,128 @@
+"""The task contract (SPEC.md section 14, issue 28): a third party reproduces arith examples, prompts and
+rewards from the spec alone; the vectors are current and checked; the manifest digest covers what
+receivers check."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from swarm_node.contract import RunManifest, check_task_vectors, task_vectors
+
+VECTORS = Path(__file__).resolve().parents[1] / "protocol" / "vectors" / "tasks.json"
+
+
+# ---- arith's generator written from SPEC.md section 14.2 alone (no `random`, no swarm_node) -------------
+class MT19937:
+    """The Mersenne Twister as SPEC.md 14.2 describes it: init_by_array, genrand_uint32."""
+
+    def __init__(self, key: list[int]):
+        mt = [0] * 624
+        mt[0] = 19650218
+        for i in range(1, 624):
+            mt[i] = (1812433253 * (mt[i - 1] ^ (mt[i - 1] >> 30)) + i) & 0xFFFFFFFF
+        i, j = 1, 0
+        for _ in range(max(624, len(key))):
+            mt[i] = ((mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1664525)) + key[j] + j) & 0xFFFFFFFF
+            i, j = i + 1, j + 1
+            if i >= 624:
+                mt[0], i = mt[623], 1
+            if j >= len(key):
+                j = 0
+        for _ in range(623):
+            mt[i] = ((mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1566083941)) - i) & 0xFFFFFFFF
+            i += 1
+            if i >= 624:
+                mt[0], i = mt[623], 1
+        mt[0] = 0x80000000
+        self.mt, self.index = mt, 624
+
+    def uint32(self) -> int:
+        mt = self.mt
+        if self.index >= 624:
+            for k in range(624):
+                y = (mt[k] & 0x80000000) | (mt[(k + 1) % 624] & 0x7FFFFFFF)
+                mt[k] = mt[(k + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF if y & 1 else 0)
+            self.index = 0
+        y = mt[self.index]
+        self.index += 1
+        y ^= y >> 11
+        y ^= (y << 7) & 0x9D2C5680
+        y ^= (y << 15) & 0xEFC60000
+        return y ^ (y >> 18)
+
+    def bits(self, k: int) -> int:
+        out, shift = 0, 0
+        while k > 0:
+            word = self.uint32()
+            if k < 32:
+                word >>= 32 - k
+            out |= word << shift
+            shift, k = shift + 32, k - 32
+        return out
+
+    def below(self, n: int) -> int:
+        k = n.bit_length()
+        while True:
+            r = self.bits(k)
+            if r < n:
+                return r
+
+
+def seeded(text: str) -> MT19937:
+    raw = text.encode()
+    a = int.from_bytes(raw + hashlib.sha512(raw).digest(), "big")
+    key = []
+    while a:
+        key.append(a & 0xFFFFFFFF)
+        a >>= 32
+    return MT19937(key or [0])
+
+
+def spec_arith(example_id: str, digits=2, second_digits=None, ops=("plus", "minus"), seed=0, **_) -> tuple[str, str]:
+    ops = list(dict.fromkeys(ops))
+    second_digits = 1 if second_digits is None else second_digits
+    split, _, index = example_id.partition("/")
+    rng = seeded(f"arith/{seed}/{split}/{index}")
+    while True:
+        op = ops[rng.below(len(ops))]
+        a, b = rng.below(10**digits), rng.below(10**second_digits)
+        if op == "minus" and a < b:
+            a, b = b, a
+        lo, hi = sorted((a, b))
+        h = int.from_bytes(hashlib.blake2b(f"{op}:{lo}:{hi}".encode(), digest_size=8).digest(), "big")
+        if (h % 1000 < 100) == (split == "test"):
+            value = {"plus": a + b, "minus": a - b, "times": a * b}[op]
+            return f"What is {a} {op} {b}?", str(value)
+
+
+def test_arith_from_the_spec_alone_reproduces_every_vector():
+    cases = json.loads(VECTORS.read_text())["arith"]
+    assert len(cases) >= 9
+    for case in cases:
+        question, answer = spec_arith(case["example_id"], **case["options"])
+        assert (question, answer) == (case["question"], case["answer"]), case
+        assert case["prompt"] == f"Q: {question}\nA: " and case["reference_completion"] == f"#### {answer}"
+
+
+def test_the_vectors_are_current_and_the_reference_passes_them(tmp_path):
+    assert json.loads(VECTORS.read_text()) == json.loads(json.dumps(task_vectors()))
+    results = check_task_vectors(VECTORS)
+    assert results and all(ok for _, ok, _ in results), [r for r in results if not r[1]]
+    broken = json.loads(VECTORS.read_text())
+    broken["arith"][0]["answer"] = "0"
+    broken["rewards"][0]["reward"] = 0.0
+    broken["manifest"]["digest"] = "sha256:" + "1" * 64
+    (tmp_path / "tasks.json").write_text(json.dumps(broken))
+    failed = [name for name, ok, _ in check_task_vectors(tmp_path / "tasks.json") if not ok]
+    assert failed == ["arith 0 train/0", "reward 0 '#### 72'", "manifest digest"]
+
+
+def test_the_manifest_digest_covers_what_receivers_check():
+    base = RunManifest(task="arith", tokenizer="sha256:" + "0" * 64, group_size=12, max_new_tokens=12)
+    assert base.digest() == RunManifest(**json.loads(base.to_json())).digest()
+    for change in (dict(group_size=8), dict(max_new_tokens=13), dict(chat_template="sha256:" + "2" * 64),
+                   dict(system_prompt="Be brief."), dict(prompt_template="Q: {question}\nA:"), dict(mode="horizontal"),
+                   dict(task_options={"seed": 1}), dict(tokenizer="sha256:" + "3" * 64)):
+        assert dataclasses.replace(base, **change).digest() != base.digest(), change
