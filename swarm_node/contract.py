@@ -7,7 +7,9 @@ them one digest, and writes and checks golden vectors for the built-in tasks:
 
     RunManifest          task, its options, dataset identity, example-id scheme, prompt template,
                          system prompt, chat template (or none), tokenizer, G, max completion tokens,
-                         mode, pacing; canonical JSON and a digest every node announces
+                         mode; canonical JSON and a digest every node announces. Not in it: the
+                         model (Qwen2.5 base and Instruct exchange), and pacing, which is each node's
+                         own (SPEC section 12 Round pacing)
     manifest_for         a node's manifest from its task and policy (read, never re-implemented:
                          prompts come from `Task.prompt` and `tasks.prompt.render_prompt`)
     task_vectors         arith's generator, prompts and rewards, GSM8K's prompts and rewards, and a
@@ -61,16 +63,12 @@ class RunManifest:
     """"none" (the plain prompt is the text) or "sha256:<hex>" of the Jinja chat template applied."""
     tokenizer: str = ""
     """Tokenizer fingerprint (SPEC section 5): the vocabulary the prompt tokens are ids of."""
-    tokenizer_source: str = ""
-    """Where to get that tokenizer (a Hugging Face id, or a built-in name); informational."""
     group_size: int = 12
     """G: completions per group; receivers reject other counts (group_size)."""
     max_new_tokens: int = 0
     """Longest completion in tokens; longer ones are rejected."""
     mode: str = "vertical"
     """vertical (each node its own prompts) | horizontal (every node the run's prompts of the round)."""
-    pacing: dict = field(default_factory=dict)
-    """{"deadline_ms", "alone_wait_ms" (null: the deadline), "staleness"}: how rounds wait (SPEC section 12)."""
     version: int = MANIFEST_VERSION
     """Version of this manifest's schema."""
 
@@ -102,9 +100,8 @@ def arith_options(task: ArithTask) -> dict:
             "train_size": len(task.split("train")), "test_size": len(task.split("test"))}
 
 
-def manifest_for(task: Task, tokenizer, fingerprint: str, *, chat: str, system: str | None, tokenizer_source: str,
-                 group_size: int, max_new_tokens: int, mode: str, deadline_s: float, alone_wait_s: float | None,
-                 staleness: int) -> RunManifest:
+def manifest_for(task: Task, tokenizer, fingerprint: str, *, chat: str, system: str | None, group_size: int,
+                 max_new_tokens: int, mode: str) -> RunManifest:
     """A node's manifest. The chat template is the one `render_prompt` would apply for setting `chat`."""
     from swarm_node.tasks.prompt import uses_chat_template
 
@@ -113,9 +110,7 @@ def manifest_for(task: Task, tokenizer, fingerprint: str, *, chat: str, system: 
         task=task.name, task_options=arith_options(task) if isinstance(task, ArithTask) else {},
         dataset=dataset_identity(task), prompt_template=prompt_template(task), system_prompt=system,
         chat_template=sha256_text(template) if template else "none", tokenizer=fingerprint,
-        tokenizer_source=tokenizer_source, group_size=group_size, max_new_tokens=max_new_tokens, mode=mode,
-        pacing={"deadline_ms": round(deadline_s * 1000),
-                "alone_wait_ms": None if alone_wait_s is None else round(alone_wait_s * 1000), "staleness": staleness})
+        group_size=group_size, max_new_tokens=max_new_tokens, mode=mode)
 
 
 # ---- golden vectors (protocol/vectors/tasks.json) ------------------------------------------------------
@@ -145,8 +140,7 @@ def task_vectors() -> dict:
     ex = gsm8k.example("train/0")
     manifest = RunManifest(task="arith", task_options=arith_options(ArithTask()), dataset={"generator": "arith"},
                            prompt_template=prompt_template(ArithTask()), tokenizer="sha256:" + "0" * 64,
-                           tokenizer_source="tiny-s", group_size=12, max_new_tokens=12,
-                           pacing={"deadline_ms": 30000, "alone_wait_ms": 5000, "staleness": 2})
+                           group_size=12, max_new_tokens=12)
     return {
         "arith": arith,
         "gsm8k": {"prompt_template": prompt_template(gsm8k), "question": ex.question, "prompt": gsm8k.prompt(ex)},

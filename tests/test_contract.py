@@ -126,3 +126,21 @@ def test_the_manifest_digest_covers_what_receivers_check():
                    dict(system_prompt="Be brief."), dict(prompt_template="Q: {question}\nA:"), dict(mode="horizontal"),
                    dict(task_options={"seed": 1}), dict(tokenizer="sha256:" + "3" * 64)):
         assert dataclasses.replace(base, **change).digest() != base.digest(), change
+
+
+def test_a_node_announcing_another_manifest_is_refused_before_any_fetch():
+    from swarm_node.net.memory import MemoryNetwork, MemoryTransport
+
+    network = MemoryNetwork()
+    ours, theirs = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    a = MemoryTransport(network, "QmA")
+    b = MemoryTransport(network, "QmB")
+    c = MemoryTransport(network, "QmC")
+    for node, manifest in ((a, ours), (b, ours), (c, theirs)):
+        node.set_manifest(manifest)
+        node.start()
+    b.offer(3, 1, b"b's packet")
+    c.offer(3, 1, b"c's packet")
+    got = a.collect(1, 5, min_peers=2, deadline_s=0.5)
+    assert [x.peer_id for x in got.packets] == ["QmB"] and network.bytes_out("QmC") == 0
+    assert a._mesh.refused["wrong_manifest"] >= 1 and "QmC" not in a._mesh.neighbors

@@ -82,6 +82,10 @@ class Transport(Protocol):
     def start(self) -> None:
         """Join the network (bootstrap from the configured peers); raises SwarmError on user errors."""
 
+    def set_manifest(self, digest: str) -> None:
+        """Before `start`: announce the digest of our run manifest (swarm_node/contract.py) and refuse
+        peers that announce another one, before fetching anything from them."""
+
     def join_addrs(self) -> list[str]:
         """Full addresses others can bootstrap from (`--peers`), the most useful first."""
 

@@ -86,8 +86,10 @@ class Mesh:
     """One node's view of its neighbors and candidates. Not thread-safe: callers serialize."""
 
     def __init__(self, own_id: str, run_id: str, protocol: int, params: MeshParams,
-                 initial: dict[str, list[str]] | None = None, rng: random.Random | None = None):
+                 initial: dict[str, list[str]] | None = None, rng: random.Random | None = None,
+                 manifest: str | None = None):
         self.own_id, self.run_id, self.protocol, self.params = own_id, run_id, protocol, params
+        self.manifest = manifest  # digest of our run manifest: peers announcing another are refused
         self.rng = rng or random.Random()
         self.seq = 0
         self.own = make_announcement(run_id, 0, "", "", protocol, 0, 0, [], [], [])
@@ -107,7 +109,7 @@ class Mesh:
                 offers: list[tuple[int, str, int]], addrs: list[str], produces: bool = True) -> None:
         self.seq = max(self.seq + 1, time.time_ns() // 1000)  # increasing, also across restarts
         self.own = make_announcement(self.run_id, self.seq, model_id, tokenizer, self.protocol, round, policy_version,
-                                     offers, addrs, [], produces=produces)
+                                     offers, addrs, [], produces=produces, manifest=self.manifest)
 
     def announcement(self, to: str) -> dict:
         """Our announcement for peer `to`. It carries a peer-exchange sample (leaving `to` out) only
@@ -134,6 +136,8 @@ class Mesh:
             return "wrong_run"
         if ann.info.protocol != self.protocol:
             return "wrong_protocol"
+        if self.manifest is not None and ann.manifest is not None and ann.manifest != self.manifest:
+            return "wrong_manifest"  # its groups would fail our prompt or reward checks: fetch nothing
         offers = ann.info.offers
         kept = [o for o in offers if o[2] <= self.params.max_packet_bytes]
         for _, d, _ in offers:

@@ -98,9 +98,11 @@ class HivemindTransport:
     D = k + 3 sqrt(k) (default `cfg.min_peers`)."""
 
     def __init__(self, cfg: SwarmConfig, model_id: str, tokenizer: str, protocol: int = PROTOCOL_VERSION,
-                 discovery: str | None = None, mesh_k: int | None = None, produces: bool = True):
+                 discovery: str | None = None, mesh_k: int | None = None, produces: bool = True,
+                 manifest: str | None = None):
         self.cfg, self.model_id, self.tokenizer, self.protocol = cfg, model_id, tokenizer, protocol
         self.produces = produces  # False: announce that we offer no packets (relay, light client)
+        self.manifest = manifest  # digest of our run manifest, announced; set before start (set_manifest)
         self.discovery = discovery or getattr(cfg, "discovery", "push")
         if self.discovery not in DISCOVERY_MODES:
             raise SwarmError(f"swarm.discovery must be one of {'|'.join(DISCOVERY_MODES)}, got {self.discovery!r}")
@@ -199,7 +201,7 @@ class HivemindTransport:
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
-        mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial)
+        mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest)
         self._push = PushDiscovery(self._p2p, mesh, members, self._stats)
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
@@ -276,6 +278,12 @@ class HivemindTransport:
         if self._peer_id is None:
             raise SwarmError("peer id is known after start()")
         return self._peer_id
+
+    def set_manifest(self, digest: str) -> None:
+        """Announce this run-manifest digest and refuse peers announcing another (call before start)."""
+        if self._started:
+            raise SwarmError("set_manifest must be called before start()")
+        self.manifest = digest
 
     def join_addrs(self) -> list[str]:
         """Full multiaddrs (with /p2p/<peer id>) others can bootstrap from: relayed first, loopback last."""

@@ -169,6 +169,7 @@ class Announcement:
     degree: int  # how many neighbors the sender has (lets over-connected pairs drop their link)
     addrs: list[str]  # the sender's own multiaddrs (claims)
     peers: list[tuple[str, list[str]]] = field(default_factory=list)  # peer exchange: (peer id, multiaddrs)
+    manifest: str | None = None  # digest of the sender's run manifest (None: it announced none)
 
 
 def _parse_peer_id(v: Any, what: str = "peer_id") -> str:
@@ -207,13 +208,17 @@ def parse_member_record(obj: Any) -> Member:
 
 def make_announcement(run_id: str, seq: int, model_id: str, tokenizer: str, protocol: int, round: int,
                       policy_version: int, offers: list[tuple[int, str, int]], addrs: list[str],
-                      peers: list[tuple[str, list[str]]], degree: int = 0, produces: bool = True) -> dict:
+                      peers: list[tuple[str, list[str]]], degree: int = 0, produces: bool = True,
+                      manifest: str | None = None) -> dict:
     """An announcement map (request frame, or the body of an "ok" reply), checked like a receiver would.
-    `produces` False says the sender offers no packets (a relay, a light client): never wait for it."""
+    `produces` False says the sender offers no packets (a relay, a light client): never wait for it.
+    `manifest`: the digest of the sender's run manifest (swarm_node/contract.py), if it has one."""
     ann = {"run_id": run_id, "seq": seq, "degree": degree, "model_id": model_id, "tokenizer": tokenizer, "protocol": protocol, "round": round,
            "policy_version": policy_version, "offers": [[r, d, s] for r, d, s in offers][-MAX_OFFERS_IN_RECORD:],
            "addrs": list(addrs)[:MAX_ADDRS], "peers": [[p, list(a)[:MAX_ADDRS]] for p, a in peers][:MAX_PX],
            "produces": bool(produces)}
+    if manifest is not None:
+        ann["manifest"] = manifest
     parse_announcement(ann, "Qm1", 0.0)
     return ann
 
@@ -238,13 +243,16 @@ def parse_announcement(obj: Any, peer_id: str, received_at: float) -> Announceme
     produces = obj.get("produces", True)  # optional (2026-11); absent: the legacy convention decides
     if type(produces) is not bool:
         raise RecordError("produces: expected a bool")
+    manifest = obj.get("manifest")  # optional (2026-11): the digest of the sender's run manifest
+    if manifest is not None and not is_digest(manifest):
+        raise RecordError("manifest: expected 'sha256:' + 64 lowercase hex chars")
     info = PeerInfo(
         peer_id=peer_id, model_id=_str(obj, "model_id"), tokenizer=_str(obj, "tokenizer"),
         protocol=_int(obj, "protocol", 0, 2**31 - 1), round=_int(obj, "round", 0, MAX_ROUND),
         policy_version=_int(obj, "policy_version", 0, MAX_ROUND), offers=_parse_offers(obj.get("offers"), MAX_ROUND),
         updated_at=float(received_at), addrs=addrs, produces=produces)
     return Announcement(info, _str(obj, "run_id", 64), _int(obj, "seq", 0, MAX_ROUND), _int(obj, "degree", 0, MAX_DEGREE),
-                        addrs, parse_peer_exchange(obj.get("peers")))
+                        addrs, parse_peer_exchange(obj.get("peers")), manifest)
 
 
 # ---- framing: u32 big-endian length + msgpack map (fetch requests/headers; announcements) ---------
