@@ -351,6 +351,20 @@ class HivemindTransport:
     def stats(self) -> dict[str, int]:
         return dict(self._stats)
 
+    # ---- raw streams, for tools (the conformance probe, net/probe.py) -----------------------------------
+    async def aopen_stream(self, peer_id: str, protos: tuple[str, ...]) -> tuple[str, asyncio.StreamReader,
+                                                                                 asyncio.StreamWriter]:
+        """A stream to `peer_id` speaking the first of `protos` it supports: (id negotiated, reader, writer)."""
+        info, reader, writer = await open_stream(self._p2p, PeerID.from_base58(peer_id), protos)
+        return info.proto, reader, writer
+
+    async def adial(self, peer_id: str, addrs: list[str]) -> None:
+        await dial(self._p2p, PeerID.from_base58(peer_id), [Multiaddr(a) for a in addrs])
+
+    def call(self, coro, timeout: float):
+        """Run `coro` on the transport's loop, bounded by `timeout` (SwarmError when it runs out)."""
+        return self._run(coro, timeout)
+
     # ---- discovery ----------------------------------------------------------------------------------
     def _offered(self) -> list[tuple[int, str, int]]:
         """(round, digest, size) of the packets our record announces."""
