@@ -15,6 +15,7 @@
     hivemind.py      HivemindTransport: push announcements + libp2p stream pull (v1 selectable)
     hivemind_internals.py  every use of a hivemind private attribute, fenced in one place
     memory.py        MemoryTransport: the same protocol and collect loop in one process, for tests
+    probe.py         the live conformance probe of a running node (`protocol conformance --peer`; no hivemind)
 
 Only daemon.py, discovery.py, hivemind.py and hivemind_internals.py import hivemind: they are the libp2p
 implementation, split to keep each module readable; private attributes are touched only in
