@@ -144,3 +144,17 @@ def test_a_node_announcing_another_manifest_is_refused_before_any_fetch():
     got = a.collect(1, 5, min_peers=2, deadline_s=0.5)
     assert [x.peer_id for x in got.packets] == ["QmB"] and network.bytes_out("QmC") == 0
     assert a._mesh.refused["wrong_manifest"] >= 1 and "QmC" not in a._mesh.neighbors
+
+
+GSM8K_TRAIN_EXAMPLES = "sha256:f469c09c3550e0269b0c38d5237d1868d461f8866f5c977a1f898680950ac283"  # SPEC.md 14.4
+
+
+def test_gsm8k_dataset_identity_of_the_official_files_is_the_one_the_spec_quotes():
+    from swarm_node.contract import dataset_identity
+    from swarm_node.tasks import load_task
+    from test_tasks import real_data
+
+    spec = (VECTORS.parents[1] / "SPEC.md").read_text(encoding="utf-8")
+    assert GSM8K_TRAIN_EXAMPLES in spec
+    task = load_task("gsm8k", real_data("gsm8k"))
+    assert dataset_identity(task) == {"source": "gsm8k", "train": GSM8K_TRAIN_EXAMPLES}
