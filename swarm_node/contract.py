@@ -30,6 +30,8 @@ from swarm_node.tasks.arith import ArithTask
 EXAMPLE_IDS = "<split>/<index>"  # the only id scheme: split name, "/", decimal index without leading zeros
 QUESTION = "{question}"  # the placeholder of a prompt template
 MANIFEST_VERSION = 1
+# the built-in tiny models' tokenizer ("char-v1", swarm_node/backend.py): one id per character
+CHAR_VOCAB = ["<|pad|>", "<|endoftext|>", "<|unk|>", "\n", "\t"] + [chr(i) for i in range(32, 127)]
 ARITH_DEFAULTS = dict(digits=2, second_digits=None, ops=["plus", "minus"], seed=0, train_size=100_000, test_size=500)
 
 
@@ -131,6 +133,12 @@ REWARD_CASES = [  # (completion, gold, reward): the shared final-answer format (
 GSM8K_QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?"
 
 
+def char_encode(text: str) -> list[int]:
+    """char-v1: each character's index in CHAR_VOCAB, <|unk|> (2) for any other character."""
+    index = {t: i for i, t in enumerate(CHAR_VOCAB)}
+    return [index.get(c, 2) for c in text]
+
+
 def task_vectors() -> dict:
     arith = []
     for options, ids in ARITH_CASES:
@@ -138,7 +146,8 @@ def task_vectors() -> dict:
         for example_id in ids:
             ex = task.example(example_id)
             arith.append({"options": options, "example_id": example_id, "question": ex.question, "answer": ex.answer,
-                          "prompt": task.prompt(ex), "reference_completion": task.reference_completion(ex)})
+                          "prompt": task.prompt(ex), "reference_completion": task.reference_completion(ex),
+                          "prompt_tokens_char_v1": char_encode(task.prompt(ex))})
     gsm8k = load_task("gsm8k", _tiny_gsm8k())
     ex = gsm8k.example("train/0")
     manifest = RunManifest(task="arith", task_options=arith_options(ArithTask()), dataset={"generator": "arith"},
@@ -147,9 +156,16 @@ def task_vectors() -> dict:
     return {
         "arith": arith,
         "gsm8k": {"prompt_template": prompt_template(gsm8k), "question": ex.question, "prompt": gsm8k.prompt(ex)},
+        "char_v1": {"vocab": CHAR_VOCAB, "fingerprint": _char_fingerprint()},
         "rewards": [{"completion": c, "gold": g, "reward": r} for c, g, r in REWARD_CASES],
         "manifest": {"manifest": asdict(manifest), "canonical_json": manifest.to_json(), "digest": manifest.digest()},
     }
+
+
+def _char_fingerprint() -> str:
+    from swarm_node.codec import tokenizer_fingerprint
+
+    return tokenizer_fingerprint({t: i for i, t in enumerate(CHAR_VOCAB)})
 
 
 def _tiny_gsm8k() -> str:
@@ -169,9 +185,11 @@ def check_task_vectors(path: Path) -> list[tuple[str, bool, str]]:
         task = ArithTask(**case["options"])
         ex = task.example(case["example_id"])
         got = {"question": ex.question, "answer": ex.answer, "prompt": task.prompt(ex),
-               "reference_completion": task.reference_completion(ex)}
+               "reference_completion": task.reference_completion(ex), "prompt_tokens_char_v1": char_encode(task.prompt(ex))}
         diff = [k for k, v in got.items() if v != case[k]]
         out.append((f"arith {i} {case['example_id']}", not diff, f"differs: {diff}" if diff else "ok"))
+    ok = want["char_v1"] == {"vocab": CHAR_VOCAB, "fingerprint": _char_fingerprint()}
+    out.append(("char-v1 tokenizer", ok, "ok" if ok else "vocabulary or fingerprint differs"))
     g = want["gsm8k"]
     gsm8k = load_task("gsm8k", _tiny_gsm8k())
     rendered = gsm8k.prompt(gsm8k.example("train/0"))

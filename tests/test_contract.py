@@ -158,3 +158,16 @@ def test_gsm8k_dataset_identity_of_the_official_files_is_the_one_the_spec_quotes
     assert GSM8K_TRAIN_EXAMPLES in spec
     task = load_task("gsm8k", real_data("gsm8k"))
     assert dataset_identity(task) == {"source": "gsm8k", "train": GSM8K_TRAIN_EXAMPLES}
+
+
+def test_the_char_v1_vectors_are_what_the_tiny_models_tokenizer_does():
+    from swarm_node.backend import CHAR_VOCAB, char_tokenizer
+    from swarm_node.codec import tokenizer_fingerprint
+
+    want = json.loads(VECTORS.read_text())
+    tok = char_tokenizer()
+    assert want["char_v1"]["vocab"] == CHAR_VOCAB
+    assert want["char_v1"]["fingerprint"] == tokenizer_fingerprint(tok) and tok.chat_template is None
+    for case in want["arith"]:
+        assert tok.encode(case["prompt"], add_special_tokens=False) == case["prompt_tokens_char_v1"]
+    assert tok.decode([54, 1, 0], skip_special_tokens=True) == "Q"  # specials skipped when scoring
