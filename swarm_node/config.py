@@ -220,6 +220,8 @@ class SwarmConfig:
     """Swarm namespace: nodes ignore records and packets of other runs."""
     mode: str = "vertical"
     """vertical: each node answers its own prompts (paper default) | horizontal: all answer the same prompts."""
+    prompts: str = "tokens"
+    """tokens: packets carry prompt token ids | sha256: a 32-byte digest of them, receivers render the prompt (SPEC 14.6)."""
     min_peers: int = 1
     """Stop collecting a round's peer packets once this many peers' packets were accepted (or the deadline passed)."""
     deadline_s: float = 30.0
@@ -270,6 +272,7 @@ class SwarmConfig:
     def __post_init__(self):
         _check(self.discovery in ("push", "dht-key"), f"swarm.discovery must be push|dht-key, got {self.discovery!r}")
         _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
+        _check(self.prompts in ("tokens", "sha256"), f"swarm.prompts must be tokens|sha256, got {self.prompts!r}")
         _check(self.min_peers >= 0, "swarm.min_peers must be >= 0")
         _check(self.deadline_s >= 0 and (self.alone_wait_s is None or self.alone_wait_s >= 0),
                "swarm.deadline_s/alone_wait_s must be >= 0")

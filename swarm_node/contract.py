@@ -19,10 +19,13 @@ them one digest, and writes and checks golden vectors for the built-in tasks:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from swarm_node.tasks import Example, Task, load_task
 from swarm_node.tasks.arith import ArithTask
@@ -71,6 +74,8 @@ class RunManifest:
     """Longest completion in tokens; longer ones are rejected."""
     mode: str = "vertical"
     """vertical (each node its own prompts) | horizontal (every node the run's prompts of the round)."""
+    prompts: str = "tokens"
+    """How groups carry their prompt: "tokens" (the ids) or "sha256" (prompt_digest of them, section 14.6)."""
     version: int = MANIFEST_VERSION
     """Version of this manifest's schema."""
 
@@ -106,7 +111,7 @@ def arith_options(task: ArithTask) -> dict:
 
 
 def manifest_for(task: Task, tokenizer, fingerprint: str, *, chat: str, system: str | None, group_size: int,
-                 max_new_tokens: int, mode: str) -> RunManifest:
+                 max_new_tokens: int, mode: str, prompts: str = "tokens") -> RunManifest:
     """A node's manifest. The chat template is the one `render_prompt` would apply for setting `chat`."""
     from swarm_node.tasks.prompt import uses_chat_template
 
@@ -115,7 +120,35 @@ def manifest_for(task: Task, tokenizer, fingerprint: str, *, chat: str, system: 
         task=task.name, task_options=arith_options(task) if isinstance(task, ArithTask) else {},
         dataset=dataset_identity(task), prompt_template=prompt_template(task), system_prompt=system,
         chat_template=sha256_text(template) if template else "none", tokenizer=fingerprint,
-        group_size=group_size, max_new_tokens=max_new_tokens, mode=mode)
+        group_size=group_size, max_new_tokens=max_new_tokens, mode=mode, prompts=prompts)
+
+
+# ---- prompts by reference (section 14.6) ------------------------------------------------------------------
+def prompt_base(tokenizer) -> int:
+    """V: the largest id of the tokenizer's vocabulary + 1 (what section 5 fingerprints). Digest
+    digits below V are valid token ids for every receiver with this fingerprint."""
+    return max(tokenizer.get_vocab().values()) + 1
+
+
+def prompt_digest(tokens, base: int) -> np.ndarray:
+    """What a group carries instead of its prompt in sha256 mode: the first 16 bytes of SHA-256 over
+    the prompt's ids as uint32 little-endian, as a big-endian integer, written in base `base` with the
+    fewest digits that hold any 128-bit value, least significant first (8 digits for Qwen2.5's
+    151,665 ids: a 32-byte bin; 20 for char-v1's 100)."""
+    raw = np.ascontiguousarray(np.asarray(tokens, dtype="<u4")).tobytes()
+    value, n = int.from_bytes(hashlib.sha256(raw).digest()[:16], "big"), 1
+    while base ** n < 2**128:
+        n += 1
+    digits = []
+    for _ in range(n):
+        value, d = divmod(value, base)
+        digits.append(d)
+    return np.asarray(digits, dtype=np.uint32)
+
+
+def by_reference(groups: list, base: int) -> list:
+    """`groups` with each prompt replaced by its prompt_digest (completions shared, not copied)."""
+    return [dataclasses.replace(g, prompt_tokens=prompt_digest(g.prompt_tokens, base)) for g in groups]
 
 
 # ---- golden vectors (protocol/vectors/tasks.json) ------------------------------------------------------
@@ -147,7 +180,8 @@ def task_vectors() -> dict:
             ex = task.example(example_id)
             arith.append({"options": options, "example_id": example_id, "question": ex.question, "answer": ex.answer,
                           "prompt": task.prompt(ex), "reference_completion": task.reference_completion(ex),
-                          "prompt_tokens_char_v1": char_encode(task.prompt(ex))})
+                          "prompt_tokens_char_v1": char_encode(task.prompt(ex)),
+                          "prompt_digest_char_v1": prompt_digest(char_encode(task.prompt(ex)), len(CHAR_VOCAB)).tolist()})
     gsm8k = load_task("gsm8k", _tiny_gsm8k())
     ex = gsm8k.example("train/0")
     manifest = RunManifest(task="arith", task_options=arith_options(ArithTask()), dataset={"generator": "arith"},
@@ -185,7 +219,8 @@ def check_task_vectors(path: Path) -> list[tuple[str, bool, str]]:
         task = ArithTask(**case["options"])
         ex = task.example(case["example_id"])
         got = {"question": ex.question, "answer": ex.answer, "prompt": task.prompt(ex),
-               "reference_completion": task.reference_completion(ex), "prompt_tokens_char_v1": char_encode(task.prompt(ex))}
+               "reference_completion": task.reference_completion(ex), "prompt_tokens_char_v1": char_encode(task.prompt(ex)),
+               "prompt_digest_char_v1": prompt_digest(char_encode(task.prompt(ex)), len(CHAR_VOCAB)).tolist()}
         diff = [k for k, v in got.items() if v != case[k]]
         out.append((f"arith {i} {case['example_id']}", not diff, f"differs: {diff}" if diff else "ok"))
     ok = want["char_v1"] == {"vocab": CHAR_VOCAB, "fingerprint": _char_fingerprint()}

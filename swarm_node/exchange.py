@@ -31,6 +31,7 @@ from swarm_node import metrics as M
 from swarm_node.admit import Rejected
 from swarm_node.codec import Group, Packet, digest, encode
 from swarm_node.config import SwarmConfig
+from swarm_node.contract import by_reference
 from swarm_node.net import Received, Transport
 
 log = logging.getLogger(__name__)
@@ -55,13 +56,16 @@ def group_fingerprint(group: Group) -> str:
 class Exchange:
     """The node's side of the swarm: a transport plus this node's identity strings and settings."""
 
-    def __init__(self, transport: Transport, cfg: SwarmConfig, model_id: str, tokenizer: str):
+    def __init__(self, transport: Transport, cfg: SwarmConfig, model_id: str, tokenizer: str, prompt_base: int = 0):
         self.transport, self.cfg, self.model_id, self.tokenizer = transport, cfg, model_id, tokenizer
+        self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.own_groups: OrderedDict[str, int] = OrderedDict()  # fingerprint of a group we offered -> round
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
         """Serve our groups of this round as a packet; returns its metrics."""
+        if self.cfg.prompts == "sha256":  # prompts by reference: receivers render them (SPEC 14.6)
+            own = by_reference(own, self.prompt_base)
         packet = Packet(run_id=self.cfg.run_id, sender=self.transport.peer_id, model_id=self.model_id,
                         tokenizer=self.tokenizer, policy_version=policy_version, round=round_index,
                         mode=self.cfg.mode, groups=own)

@@ -8,6 +8,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from swarm_node.contract import RunManifest, check_task_vectors, task_vectors
 
 VECTORS = Path(__file__).resolve().parents[1] / "protocol" / "vectors" / "tasks.json"
@@ -171,3 +173,59 @@ def test_the_char_v1_vectors_are_what_the_tiny_models_tokenizer_does():
     for case in want["arith"]:
         assert tok.encode(case["prompt"], add_special_tokens=False) == case["prompt_tokens_char_v1"]
     assert tok.decode([54, 1, 0], skip_special_tokens=True) == "Q"  # specials skipped when scoring
+
+
+def test_prompts_by_reference_are_accepted_only_in_sha256_mode_and_restored_for_training(tiny_policy, arith):
+    import numpy as np
+
+    from swarm_node.admit import Admission, Expectations, Rejected
+    from swarm_node.codec import Completion, Group, Packet, digest, encode, tokenizer_fingerprint
+    from swarm_node.contract import by_reference, prompt_base, prompt_digest
+    from swarm_node.net import Received
+    from swarm_node.rollout import prompt_tokens
+
+    ex = arith.example("train/0")
+    ours = np.asarray(prompt_tokens(tiny_policy, arith, ex), dtype=np.uint32)
+    completion = Completion(tokens=np.asarray([5, 1], dtype=np.uint32), logprobs=np.asarray([-0.5, -0.1], dtype=np.float32),
+                            finish_reason="stop", reward=0.0)
+    full = Group("arith", ex.id, ours, [completion] * 2)
+    base = prompt_base(tiny_policy.tokenizer)
+    [ref] = by_reference([full], base)
+    assert base == 100 and ref.prompt_tokens.nbytes == 80 and np.array_equal(ref.prompt_tokens, prompt_digest(ours, base))
+    assert ref.prompt_tokens.max() < base
+    fingerprint = tokenizer_fingerprint(tiny_policy.tokenizer)
+
+    def item(group) -> Received:
+        data = encode(Packet(run_id="r", sender="QmPeer", model_id="m", tokenizer=fingerprint, policy_version=0,
+                             round=3, mode="vertical", groups=[group]))
+        return Received("QmPeer", 3, digest(data), data)
+
+    def admission(prompts: str) -> Admission:
+        return Admission(Expectations("r", fingerprint, 2, group_size=2, prompts=prompts), arith, tiny_policy)
+
+    packet = admission("sha256").check(item(ref), 3)
+    assert np.array_equal(packet.groups[0].prompt_tokens, ours)  # the trainer sees the real prompt
+    assert admission("sha256").check(item(full), 3).groups[0].prompt_tokens.tolist() == ours.tolist()  # tokens still fine
+    with pytest.raises(Rejected, match="prompt_mismatch"):
+        admission("tokens").check(item(ref), 3)
+    wrong = dataclasses.replace(ref, prompt_tokens=prompt_digest(ours[:-1], base))
+    with pytest.raises(Rejected, match="prompt_mismatch"):
+        admission("sha256").check(item(wrong), 3)
+
+
+def test_prompts_by_reference_save_the_prompt_bytes_of_a_paper_round():
+    import numpy as np
+
+    from swarm_node.codec import Completion, Group, Packet, encode
+    from swarm_node.contract import by_reference
+
+    rng = np.random.default_rng(0)
+    comp = [Completion(rng.integers(0, 151_000, 200).astype(np.uint32), -rng.random(200).astype(np.float32), "stop", 1.0)
+            for _ in range(12)]
+    groups = [Group("gsm8k", f"train/{i}", rng.integers(0, 151_000, 120).astype(np.uint32), comp) for i in range(2)]
+    packet = Packet(run_id="swarm-demo-1", sender="12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf",
+                    model_id="Qwen/Qwen2.5-0.5B-Instruct", tokenizer="sha256:" + "0" * 64, policy_version=12, round=3,
+                    mode="vertical", groups=groups)
+    full, ref = len(encode(packet)), len(encode(dataclasses.replace(packet, groups=by_reference(groups, 151_665))))
+    assert full - ref == 2 * ((4 * 120 + 3) - (32 + 2))  # bin16 of 480 bytes -> bin8 of 32, per group
+    assert ref / (2 * 12 * 200) < 8.41 < full / (2 * 12 * 200)

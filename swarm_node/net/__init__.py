@@ -83,9 +83,9 @@ class Transport(Protocol):
     def start(self) -> None:
         """Join the network (bootstrap from the configured peers); raises SwarmError on user errors."""
 
-    def set_manifest(self, digest: str) -> None:
+    def set_manifest(self, digest: str, required: bool = False) -> None:
         """Before `start`: announce the digest of our run manifest (swarm_node/contract.py) and refuse
-        peers that announce another one, before fetching anything from them."""
+        peers that announce another one (or none, when `required`), before fetching anything from them."""
 
     def join_addrs(self) -> list[str]:
         """Full addresses others can bootstrap from (`--peers`), the most useful first."""

@@ -90,6 +90,7 @@ class Mesh:
                  manifest: str | None = None):
         self.own_id, self.run_id, self.protocol, self.params = own_id, run_id, protocol, params
         self.manifest = manifest  # digest of our run manifest: peers announcing another are refused
+        self.require_manifest = False  # also refuse peers that announce none (prompts by reference)
         self.rng = rng or random.Random()
         self.seq = 0
         self.own = make_announcement(run_id, 0, "", "", protocol, 0, 0, [], [], [])
@@ -136,7 +137,8 @@ class Mesh:
             return "wrong_run"
         if ann.info.protocol != self.protocol:
             return "wrong_protocol"
-        if self.manifest is not None and ann.manifest is not None and ann.manifest != self.manifest:
+        if self.manifest is not None and (ann.manifest != self.manifest if ann.manifest is not None
+                                          else self.require_manifest):
             return "wrong_manifest"  # its groups would fail our prompt or reward checks: fetch nothing
         offers = ann.info.offers
         kept = [o for o in offers if o[2] <= self.params.max_packet_bytes]

@@ -103,6 +103,7 @@ class HivemindTransport:
         self.cfg, self.model_id, self.tokenizer, self.protocol = cfg, model_id, tokenizer, protocol
         self.produces = produces  # False: announce that we offer no packets (relay, light client)
         self.manifest = manifest  # digest of our run manifest, announced; set before start (set_manifest)
+        self._require_manifest = False  # refuse peers announcing no manifest (prompts by reference)
         self.discovery = discovery or getattr(cfg, "discovery", "push")
         if self.discovery not in DISCOVERY_MODES:
             raise SwarmError(f"swarm.discovery must be one of {'|'.join(DISCOVERY_MODES)}, got {self.discovery!r}")
@@ -202,6 +203,7 @@ class HivemindTransport:
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
         mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest)
+        mesh.require_manifest = self._require_manifest
         self._push = PushDiscovery(self._p2p, mesh, members, self._stats)
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
@@ -279,11 +281,12 @@ class HivemindTransport:
             raise SwarmError("peer id is known after start()")
         return self._peer_id
 
-    def set_manifest(self, digest: str) -> None:
-        """Announce this run-manifest digest and refuse peers announcing another (call before start)."""
+    def set_manifest(self, digest: str, required: bool = False) -> None:
+        """Announce this run-manifest digest and refuse peers announcing another, or none when
+        `required` (call before start)."""
         if self._started:
             raise SwarmError("set_manifest must be called before start()")
-        self.manifest = digest
+        self.manifest, self._require_manifest = digest, required
 
     def join_addrs(self) -> list[str]:
         """Full multiaddrs (with /p2p/<peer id>) others can bootstrap from: relayed first, loopback last."""

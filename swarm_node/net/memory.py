@@ -145,11 +145,12 @@ class MemoryTransport:
         self.network.join(self._peer_id, self)
         self._announce()
 
-    def set_manifest(self, digest: str) -> None:
-        """Announce this run-manifest digest and refuse peers announcing another (call before start)."""
+    def set_manifest(self, digest: str, required: bool = False) -> None:
+        """Announce this run-manifest digest and refuse peers announcing another, or none when
+        `required` (call before start)."""
         if self._state != "new":
             raise SwarmError("set_manifest must be called before start()")
-        self._mesh.manifest = digest
+        self._mesh.manifest, self._mesh.require_manifest = digest, required
 
     def join_addrs(self) -> list[str]:
         return [f"/memory/{self._peer_id}"]
