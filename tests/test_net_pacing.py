@@ -79,3 +79,18 @@ def test_a_near_producer_past_our_rounds_still_lets_a_node_that_fell_behind_catc
     node = _node(network)
     _liar(network, "QmAhead", ROUND + 10, offers=[(ROUND + 10, packet_digest(b"new"), 3)])
     assert _wait(node) < 0.2
+
+
+def test_a_leaving_neighbor_is_dropped_at_once_and_holds_no_round():
+    """Issue 28: a departed neighbor was kept for record_ttl_s (60 s) and held every round for the
+    deadline meanwhile. A node that leaves says so (`leaving: true`); its neighbors drop it at once."""
+    network = MemoryNetwork()
+    node = _node(network)
+    other = MemoryTransport(network, "QmOther", cfg=SwarmConfig(deadline_s=DEADLINE_S, alone_wait_s=IDLE_S))
+    other.start()
+    other.offer(ROUND, 1, b"a packet of our round")
+    assert [p.peer_id for p in node.peers()] == ["QmOther"]
+    node.collect(ROUND - 2, ROUND + 2, min_peers=1, deadline_s=DEADLINE_S)  # takes its packet
+    other.close()
+    assert node.peers() == [] and "QmOther" not in node._mesh.known
+    assert _wait(node) < IDLE_S + 0.5  # was DEADLINE_S until the neighbor expired

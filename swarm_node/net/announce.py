@@ -51,6 +51,7 @@ FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10,
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
 MIN_PUSH_INTERVAL_S = 0.5  # pushes to one neighbor at most this often; changes in between coalesce into one
+LEAVE_TIMEOUT_S = 2.0  # a leaving node tells its neighbors within this, then goes
 
 
 def fanout(k: int) -> int:
@@ -181,6 +182,10 @@ class Mesh:
                 break
             del self.known[victim]
 
+    def leaving(self, to: str) -> dict:
+        """Our last announcement, saying we leave: `to` drops us at once instead of after ttl_s."""
+        return {**self.announcement(to), "offers": [], "peers": [], "leaving": True}
+
     # ---- server: an announcement arrived --------------------------------------------------------------
     def receive(self, peer: str, obj: object, now: float) -> dict:
         """The reply to an announcement from the authenticated `peer`."""
@@ -191,6 +196,11 @@ class Mesh:
         reason = self.judge(ann)
         if reason is not None:
             return self._refuse(peer, reason)
+        if obj.get("leaving") is True:  # optional (2026-11): the peer goes; neither neighbor nor candidate
+            self.drop(peer)
+            if peer not in self.initial:
+                self.known.pop(peer, None)
+            return {"status": STATUS_OK, **self.announcement(to=peer)}
         if self._room_for(peer, ann.degree):
             self._admit(ann, now)
             self.neighbors[peer].sent_at = now
@@ -449,6 +459,20 @@ class MeshDriver:
         while True:
             await self.tick()
             await asyncio.sleep(self.TICK_S)
+
+    async def leave(self) -> None:
+        """Tell every neighbor we leave (`leaving: true`), all at once, within LEAVE_TIMEOUT_S."""
+        async def tell(peer: str, addrs: list[str]) -> None:
+            try:
+                await self.contact(peer, addrs, self.mesh.leaving(peer))
+            except Exception as e:  # a courtesy: it drops us after ttl_s anyway
+                logger.debug("leave announcement to %s failed: %r", peer, e)
+
+        tasks = [asyncio.ensure_future(tell(p, n.addrs)) for p, n in list(self.mesh.neighbors.items())]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=LEAVE_TIMEOUT_S)
+            for t in late:
+                t.cancel()
 
     async def close(self) -> None:
         tasks = list(self.in_flight.values())

@@ -252,6 +252,7 @@ class PushDiscovery:
         self.driver.push()
 
     async def close(self) -> None:
+        await self.driver.leave()  # neighbors drop us at once instead of after ttl_s
         await self.driver.close()
 
     async def contact(self, peer: str, addrs: list[str], announcement: dict) -> dict:

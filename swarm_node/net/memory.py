@@ -197,6 +197,9 @@ class MemoryTransport:
 
     def close(self) -> None:
         if self._state == "running":
+            with self.network.lock:  # tell our neighbors we leave: they drop us at once
+                for peer in list(self._mesh.neighbors):
+                    self.network.exchange(self._peer_id, peer, self._mesh.leaving(peer))
             self.network.leave(self._peer_id)
         self._state = "closed"
 
