@@ -186,6 +186,9 @@ def test_prompts_by_reference_are_accepted_only_in_sha256_mode_and_restored_for_
 
     ex = arith.example("train/0")
     ours = np.asarray(prompt_tokens(tiny_policy, arith, ex), dtype=np.uint32)
+    # a third party's group built from the vectors alone is what the reference admits (below: `full`)
+    vector = next(c for c in json.loads(VECTORS.read_text())["arith"] if c["options"] == {} and c["example_id"] == "train/0")
+    assert ours.tolist() == vector["prompt_tokens_char_v1"]
     completion = Completion(tokens=np.asarray([5, 1], dtype=np.uint32), logprobs=np.asarray([-0.5, -0.1], dtype=np.float32),
                             finish_reason="stop", reward=0.0)
     full = Group("arith", ex.id, ours, [completion] * 2)
