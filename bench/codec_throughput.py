@@ -52,6 +52,8 @@ def measure(name: str, spec: tuple, min_time: float, repeats: int) -> dict:
     bare = codec.encode(codec.Packet(**{**packet.__dict__, "groups": [
         codec.Group(g.task, g.example_id, g.prompt_tokens, []) for g in packet.groups]}))
     per_completion = (len(data) - len(bare) - payload) / n_completions
+    from swarm_node.contract import by_reference  # prompts by reference (SPEC.md 14.6), digits in base `vocab`
+    by_ref = len(codec.encode(codec.Packet(**{**packet.__dict__, "groups": by_reference(packet.groups, vocab)})))
     header_and_groups = len(bare) - prompt_bytes
 
     src = np.frombuffer(data, dtype=np.uint8)
@@ -86,6 +88,7 @@ def measure(name: str, spec: tuple, min_time: float, repeats: int) -> dict:
         "scenario": name, "prompts": prompts, "group_size": group, "mean_completion_tokens": mean_tokens,
         "prompt_tokens_per_group": prompt_tokens, "vocab": vocab,
         "completion_tokens": n_tokens, "packet_bytes": len(data), "bytes_per_completion_token": len(data) / n_tokens,
+        "bytes_per_completion_token_prompts_by_reference": by_ref / n_tokens,
         "payload_bytes": payload, "overhead_bytes": overhead, "overhead_frac": overhead / len(data),
         "prompt_bytes": prompt_bytes, "header_and_group_framing_bytes": header_and_groups,
         "framing_bytes_per_completion": per_completion,
@@ -112,10 +115,11 @@ def main() -> None:
 
     C.print_table("Packet size", ["scenario", "completion tokens", "packet bytes", "bytes / completion token",
                                   "overhead bytes", "overhead %", "prompts", "header + groups", "per completion",
-                                  "JSON bytes / token"],
+                                  "JSON bytes / token", "B / token, prompts by ref."],
                   [[r["scenario"], r["completion_tokens"], r["packet_bytes"], r["bytes_per_completion_token"],
                     r["overhead_bytes"], 100 * r["overhead_frac"], r["prompt_bytes"], r["header_and_group_framing_bytes"],
-                    r["framing_bytes_per_completion"], r["json_bytes_per_completion_token"]] for r in results],
+                    r["framing_bytes_per_completion"], r["json_bytes_per_completion_token"],
+                    r["bytes_per_completion_token_prompts_by_reference"]] for r in results],
                   caption="floor: 8 bytes per completion token (uint32 id + float32 log-prob); overhead = packet - 8 x completion "
                           "tokens = prompts (4 B/token) + packet header and group framing + framing per completion")
     for r in results:

@@ -7,6 +7,7 @@ Valid vector NAME: NAME.msgpack (canonical bytes) + NAME.json (JSON form); diges
 Invalid vector NAME: NAME.msgpack (bad bytes) + NAME.json {"error": code, "note": ..., ["vocab_size": N]}.
 Several-fault vector order_*: like an invalid one, plus "acceptable": the other codes a decoder may give.
 tokenizer_fingerprint.json: vocabularies (or tokenizer.json files) and their fingerprints, or "error".
+tasks.json: the task contract's vectors (swarm_node/contract.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from swarm_node.codec import (MAX_COMPLETIONS, MAX_GROUPS, MAX_PROMPT_TOKENS, MAX_STR_BYTES, MAX_TOKENS, MAX_UINT,  # noqa: E402
                               Completion, Group, Packet, VocabError, decode, digest, encode, tokenizer_fingerprint)
+from swarm_node.contract import write_task_vectors  # noqa: E402
 from swarm_node.protocol_cli import vocab_from_tokenizer_json  # noqa: E402
 from swarm_node.packet_json import dumps, packet_to_json  # noqa: E402
 
@@ -338,8 +340,12 @@ def main() -> None:
              "`too_large` has no file here: the harness generates it (a valid packet padded to 16 MiB + 1 byte).", "",
              "| name | kind | digest, or expected error | bytes | what it covers |", "|---|---|---|---|---|"]
     lines += [f"| `{n}` | {k} | {c} | {b} | {note} |" for n, k, c, b, note in rows]
+    write_task_vectors(OUT / "tasks.json")  # the task contract (SPEC.md section 14)
     lines += ["", "`tokenizer_fingerprint.json`: " + ", ".join(f"`{c['name']}`" for c in cases)
-              + " (vocabulary or tokenizer.json -> canonical JSON -> fingerprint, or an error).", ""]
+              + " (vocabulary or tokenizer.json -> canonical JSON -> fingerprint, or an error).", "",
+              "`tasks.json`: the task contract (SPEC.md section 14): arith examples generated from their ids,",
+              "their prompts and reference completions, GSM8K's prompt, reward cases of the answer format,",
+              "and a run manifest with its canonical JSON and digest.", ""]
     (OUT / "INDEX.md").write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {len(rows)} vectors + {len(cases)} fingerprint cases to {OUT}")
 

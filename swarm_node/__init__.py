@@ -14,6 +14,7 @@ data flow of one round and the seams):
                     reach.py: dial-back check and relays for nodes behind NAT; in-memory transport
     exchange.py     offer our packet's bytes, collect peers' over a Transport, count (no model, no task)
     admit.py        validate a peer's packet, recompute its rewards (holds task and tokenizer)
+    contract.py     the task contract: run manifest (announced digest), task vectors (SPEC section 14)
     loss.py         the F-TIS family as pure functions (nois/vis/tis, filtered or not)
     trainer.py      one optimizer step over the combined groups
     evaluate.py     greedy pass@1 on held-out examples

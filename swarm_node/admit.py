@@ -32,6 +32,7 @@ from swarm_node import metrics as M
 from swarm_node.backend import Policy
 from swarm_node.codec import Packet, PacketError, decode
 from swarm_node.net import Received
+from swarm_node.contract import prompt_base, prompt_digest
 from swarm_node.rollout import prompt_tokens, score
 from swarm_node.tasks import Task
 
@@ -54,6 +55,7 @@ class Expectations:
     max_tokens: int | None = None  # longest completion accepted (our own rollout.max_new_tokens)
     group_size: int | None = None  # completions per group (the run's G): more would multiply our training work
     trusted_peers: frozenset[str] = frozenset()  # if non-empty, only these peers' packets are admitted
+    prompts: str = "tokens"  # sha256: a group may carry prompt_digest(our rendering) instead (SPEC 14.6)
 
 
 class Admission:
@@ -62,6 +64,7 @@ class Admission:
     def __init__(self, expect: Expectations, task: Task, policy: Policy):
         self.expect, self.task, self.policy = expect, task, policy
         self.rewards_corrected = 0  # completions whose claimed reward we overrode, since the last take_stats
+        self.base = prompt_base(policy.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
 
     def check(self, item: Received, round_index: int) -> Packet:
         """The packet in `item` with rewards recomputed, or raise Rejected."""
@@ -109,7 +112,9 @@ class Admission:
             raise Rejected("held_out_example", group.example_id)
         ours = np.asarray(prompt_tokens(self.policy, self.task, example), dtype=np.uint32)
         if not np.array_equal(group.prompt_tokens, ours):
-            raise Rejected("prompt_mismatch", group.example_id)
+            if self.expect.prompts != "sha256" or not np.array_equal(group.prompt_tokens, prompt_digest(ours, self.base)):
+                raise Rejected("prompt_mismatch", group.example_id)
+            group.prompt_tokens = ours  # by reference: train on the prompt the digest stands for
         size = self.expect.group_size
         if size is not None and len(group.completions) != size:
             raise Rejected("group_size", f"{group.example_id} has {len(group.completions)} completions, the run's G is {size}")

@@ -228,6 +228,8 @@ class SwarmConfig:
     """Swarm namespace: nodes ignore records and packets of other runs."""
     mode: str = "vertical"
     """vertical: each node answers its own prompts (paper default) | horizontal: all answer the same prompts."""
+    prompts: str = "tokens"
+    """tokens: packets carry prompt token ids | sha256: a 32-byte digest of them, receivers render the prompt (SPEC 14.6)."""
     min_peers: int = 1
     """Stop collecting a round's peer packets once this many peers' packets were accepted (or the deadline passed)."""
     deadline_s: float = 30.0
@@ -235,7 +237,7 @@ class SwarmConfig:
     fair_wait_s: float = 2.0
     """Once min_peers were accepted, keep collecting at most this long for the other neighbours that have not delivered this round (so a peer that always delivers first cannot crowd slower ones out)."""
     alone_wait_s: float | None = 5.0
-    """A node that started a new swarm (no --peers) waits only this long per round until a first peer appears (None = deadline_s)."""
+    """A round's wait while no neighbour is a producer near our round: a new swarm's first node, or neighbours that only relay or announce far-off rounds (None = deadline_s)."""
     staleness: int = 2
     """Accept peer packets from rounds r - staleness .. r + staleness; older ones are ignored and counted."""
     max_peer_groups: int = 24
@@ -280,6 +282,7 @@ class SwarmConfig:
     def __post_init__(self):
         _check(self.discovery in ("push", "dht-key"), f"swarm.discovery must be push|dht-key, got {self.discovery!r}")
         _check(self.mode in ("vertical", "horizontal"), f"swarm.mode must be vertical|horizontal, got {self.mode!r}")
+        _check(self.prompts in ("tokens", "sha256"), f"swarm.prompts must be tokens|sha256, got {self.prompts!r}")
         _check(self.min_peers >= 0, "swarm.min_peers must be >= 0")
         _check(self.fair_wait_s >= 0, "swarm.fair_wait_s must be >= 0")
         _check(self.deadline_s >= 0 and (self.alone_wait_s is None or self.alone_wait_s >= 0),

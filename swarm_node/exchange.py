@@ -34,6 +34,7 @@ from swarm_node import metrics as M
 from swarm_node.admit import Rejected
 from swarm_node.codec import Group, Packet, digest, encode
 from swarm_node.config import SwarmConfig
+from swarm_node.contract import by_reference
 from swarm_node.net import Received, Transport
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,16 @@ def group_fingerprint(group: Group) -> str:
 class Exchange:
     """The node's side of the swarm: a transport plus this node's identity strings and settings."""
 
-    def __init__(self, transport: Transport, cfg: SwarmConfig, model_id: str, tokenizer: str):
+    def __init__(self, transport: Transport, cfg: SwarmConfig, model_id: str, tokenizer: str, prompt_base: int = 0):
         self.transport, self.cfg, self.model_id, self.tokenizer = transport, cfg, model_id, tokenizer
+        self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.own_groups: OrderedDict[str, int] = OrderedDict()  # fingerprint of a group we offered -> round
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
         """Serve our groups of this round as a packet; returns its metrics."""
+        if self.cfg.prompts == "sha256":  # prompts by reference: receivers render them (SPEC 14.6)
+            own = by_reference(own, self.prompt_base)
         packet = Packet(run_id=self.cfg.run_id, sender=self.transport.peer_id, model_id=self.model_id,
                         tokenizer=self.tokenizer, policy_version=policy_version, round=round_index,
                         mode=self.cfg.mode, groups=own)
@@ -102,7 +106,7 @@ class Exchange:
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
             if t_fair is None:
                 got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
-            elif {p.peer_id for p in self.transport.peers()} - heard and time.monotonic() < t_fair:
+            elif self._producers() - heard and time.monotonic() < t_fair:
                 got = self.transport.collect(oldest, newest, 1, max(0.0, t_fair - time.monotonic()))
             else:
                 break
@@ -115,7 +119,7 @@ class Exchange:
                 if packet is not None:
                     accepted.append((item.peer_id, packet))
                     packet_bytes_in += len(item.data)
-            if not got.packets and t_fair is None or time.monotonic() >= t_end:
+            if not got.packets or time.monotonic() >= t_end:  # the transport expects nothing more in time
                 break
         after = self.transport.stats()
         groups_in = [g for _, p in accepted for g in p.groups]
@@ -129,6 +133,10 @@ class Exchange:
                  M.TIME_EXCHANGE: time.perf_counter() - start}
         stats.update({f"{M.REJECTED_PREFIX}{reason}": n for reason, n in rejected.items()})
         return accepted, stats
+
+    def _producers(self) -> set[str]:
+        """Neighbours that may deliver packets (not those that announced they produce none)."""
+        return {p.peer_id for p in self.transport.peers() if p.produces}
 
     def _deadline(self) -> float:
         """The round's wait: `deadline_s`, except for the first node of a new swarm while nobody has

@@ -27,6 +27,7 @@ from swarm_node.backend import Policy
 from swarm_node.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from swarm_node.codec import tokenizer_fingerprint
 from swarm_node.config import NodeConfig
+from swarm_node.contract import manifest_for, prompt_base
 from swarm_node.defaults import resolve as resolve_defaults
 from swarm_node.errors import SwarmNodeError
 from swarm_node.evaluate import held_out, pass_at_1
@@ -112,7 +113,14 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
     if connect is not None:
         fingerprint = tokenizer_fingerprint(policy.tokenizer)
         transport = connect(policy.model_id, fingerprint)
-        parts.exchange = Exchange(transport, cfg.swarm, policy.model_id, fingerprint)
+        manifest = manifest_for(task, policy.tokenizer, fingerprint, chat=policy.chat_template,
+                                system=policy.system_prompt, group_size=cfg.rollout.group_size,
+                                max_new_tokens=cfg.rollout.max_new_tokens, mode=cfg.swarm.mode,
+                                prompts=cfg.swarm.prompts)
+        if hasattr(transport, "set_manifest"):  # test doubles of the Transport protocol may lack it
+            transport.set_manifest(manifest.digest(), required=cfg.swarm.prompts == "sha256")
+        log.info("run manifest %s: %s", manifest.digest()[:19], manifest.to_json()[:300])
+        parts.exchange = Exchange(transport, cfg.swarm, policy.model_id, fingerprint, prompt_base(policy.tokenizer))
         transport.start()
         reach = getattr(transport, "reachability", None)
         status.update(peer_id=transport.peer_id, join_addrs=transport.join_addrs(), reachability=reach and reach.line)
@@ -120,7 +128,7 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
                  (status.status.join_addrs or ["?"])[0])
         expect = Expectations(run_id=cfg.swarm.run_id, tokenizer=fingerprint, staleness=cfg.swarm.staleness,
                               max_tokens=cfg.rollout.max_new_tokens, group_size=cfg.rollout.group_size,
-                              trusted_peers=frozenset(cfg.swarm.trusted_peers))
+                              trusted_peers=frozenset(cfg.swarm.trusted_peers), prompts=cfg.swarm.prompts)
         parts.admission = Admission(expect, task, policy)
     return parts
 

@@ -38,7 +38,7 @@ def list_peers(cfg: SwarmConfig, wait_s: float, poll_s: float = 1.0) -> list[dic
     """The peers seen within `wait_s` seconds (returns early once the set has been stable for a few polls)."""
     from swarm_node.net.hivemind import HivemindTransport
 
-    transport = HivemindTransport(cfg, LIGHT_CLIENT_MODEL, NO_TOKENIZER)
+    transport = HivemindTransport(cfg, LIGHT_CLIENT_MODEL, NO_TOKENIZER, produces=False)
     transport.start()
     try:
         seen: dict[str, PeerInfo] = {}

@@ -4,7 +4,7 @@
     swarm-node protocol encode PACKET.json -o PACKET.msgpack      # JSON form -> canonical msgpack (-o - : stdout)
     swarm-node protocol digest PACKET.msgpack                     # sha256:<hex> content address
     swarm-node protocol fingerprint VOCAB.json|tokenizer.json|TOKENIZER   # tokenizer fingerprint
-    swarm-node protocol verify [DIR]                              # the reference codec against the vectors
+    swarm-node protocol verify [DIR]                              # the reference codec and tasks against the vectors
     swarm-node protocol conformance --impl "CMD {file} {vocab_size}"   # another implementation against them
 
 Exit status: 0 done; 1 the input packet (or vocabulary) is rejected, with `error: <code>: <message>`
@@ -195,19 +195,41 @@ def verify_cmd(directory: Annotated[Optional[Path], typer.Argument(help="Vectors
     with tempfile.TemporaryDirectory(prefix="swarm-vectors-") as work:
         cases = _cases(directory, Path(work), True, True) + conformance.digest_cases(directory or default_vectors_dir())
         runners = dict.fromkeys(("decode", "encode", "fingerprint", "digest"), reference_outcome)
-        _print_and_exit(conformance.run_cases(cases, runners, jobs=1, strict=True))
+        _print_and_exit(conformance.run_cases(cases, runners, jobs=1, strict=True) + _task_results(directory))
+
+
+def _task_results(directory: Path | None) -> list[conformance.Result]:
+    """The task contract's vectors (tasks.json: arith's generator, prompts, rewards, a manifest digest)."""
+    from swarm_node.contract import check_task_vectors
+
+    path = (directory or default_vectors_dir()) / "tasks.json"
+    if not path.is_file():
+        return []
+    try:
+        checks = check_task_vectors(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _fail(f"malformed {path}: {e!r}") from None
+    return [conformance.Result(conformance.Case("task", name, path, None), ok, detail) for name, ok, detail in checks]
 
 
 @protocol_app.command("conformance")
 def conformance_cmd(
-    impl: Annotated[str, typer.Option(help="Decoder command; {file} is the packet, {vocab_size} the vocabulary size (SPEC.md 10.1).")],
+    impl: Annotated[Optional[str], typer.Option(help="Decoder command; {file} is the packet, {vocab_size} the vocabulary size (SPEC.md 10.1).")] = None,
     encoder: Annotated[Optional[str], typer.Option(help="Encoder command; {file} is a JSON form, canonical bytes on stdout.")] = None,
     fingerprint: Annotated[Optional[str], typer.Option(help="Fingerprint command; {file} is a vocabulary or tokenizer.json.")] = None,
     vectors: Annotated[Optional[Path], typer.Option(help="Vectors directory (default: protocol/vectors).")] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds one command may run.")] = 60.0,
     jobs: Annotated[int, typer.Option(min=1, help="Commands run at once.")] = 2,
+    peer: Annotated[Optional[str], typer.Option(help="Probe a running node instead: its multiaddr with /p2p/<peer id> (SPEC.md 10.2).")] = None,
+    run_id: Annotated[str, typer.Option(help="With --peer: the run id the node serves.")] = "swarm-node",
+    listen: Annotated[str, typer.Option(help="With --peer: the multiaddr the probe listens on.")] = "/ip4/0.0.0.0/tcp/0",
 ):
-    """Run another implementation over every vector; print a PASS/FAIL table and `N passed, M failed`."""
+    """Run another implementation over every vector, or (--peer) probe a running node; print one
+    PASS/FAIL line per check and `N passed, M failed`; exit 0 only if nothing failed."""
+    if peer is not None:
+        return _probe_peer(peer, run_id, listen)
+    if impl is None:
+        raise _fail("give --impl (an implementation to run over the vectors) or --peer (a running node to probe)")
     with tempfile.TemporaryDirectory(prefix="swarm-conformance-") as work:
         cases = _cases(vectors, Path(work), encoder is not None, fingerprint is not None)
         runners = {"decode": conformance.external_runner(impl, timeout)}
@@ -215,6 +237,31 @@ def conformance_cmd(
             if template is not None:
                 runners[check] = conformance.external_runner(template, timeout)
         _print_and_exit(conformance.run_cases(cases, runners, jobs=jobs))
+
+
+def _probe_peer(addr: str, run_id: str, listen: str) -> None:
+    """The live probe (net/probe.py) against the node at `addr`, from a model-less libp2p host."""
+    from swarm_node.config import SwarmConfig
+    from swarm_node.net import SwarmError
+    from swarm_node.net.hivemind import HivemindTransport
+    from swarm_node.net.probe import Probe, report
+
+    head, sep, peer_id = addr.rpartition("/p2p/")
+    if not sep or not head or not peer_id:
+        raise _fail(f"--peer must be a multiaddr ending in /p2p/<peer id>, got {addr!r}")
+    cfg = SwarmConfig(run_id=run_id, host_maddrs=[listen], linger_s=0.0)
+    try:
+        with HivemindTransport(cfg, "conformance-probe", "", produces=False) as host:
+            host.call(host.adial(peer_id, [head]), 30)
+            probe = Probe(lambda protos: host.aopen_stream(peer_id, protos), run_id, peer_id)
+            checks = host.call(probe.run(), 300)
+    except SwarmError as e:
+        raise _fail(f"cannot reach {addr}: {e}") from None
+    lines = report(checks)
+    for line in lines:
+        typer.echo(line)
+    if any(c.outcome == "FAIL" for c in checks):
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

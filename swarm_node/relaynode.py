@@ -29,7 +29,7 @@ def run_relay(cfg: SwarmConfig, seconds: float | None, status: StatusFile | None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with HivemindTransport(cfg, RELAY_MODEL, NO_TOKENIZER) as transport:
+    with HivemindTransport(cfg, RELAY_MODEL, NO_TOKENIZER, produces=False) as transport:
         addrs = transport.join_addrs()
         if status is not None:
             status.update(state="running", peer_id=transport.peer_id, join_addrs=addrs,

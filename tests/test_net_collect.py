@@ -216,3 +216,38 @@ def test_a_node_behind_returns_early_even_beside_a_relay():
 
     assert asyncio.run(timed([ahead, relay])) < 0.3
     assert asyncio.run(timed([relay])) >= 0.95
+
+
+def test_a_fetch_left_running_when_a_round_ends_is_adopted_by_the_next_call_never_asked_again():
+    """Issue 28: a round that ended on a faster packet cancelled the slower fetch, and the next round
+    asked the same peer for the same digest again (4 times in 1.3 s). Each digest is fetched once."""
+    fast_data, slow_data, late_data = b"fast", b"slow", b"late"
+    fast, slow, late = (packet_digest(x) for x in (fast_data, slow_data, late_data))
+    peers = [_peer("QmFast", [(5, fast, 4)], round_=5), _peer("QmSlow", [(5, slow, 4)], round_=5),
+             _peer("QmLate", [(4, late, 4)], round_=5)]
+    calls = Counter()
+    served = {fast: fast_data, slow: slow_data, late: late_data}
+    delay = {fast: 0.0, slow: 0.3, late: 0.3}
+
+    async def fetch(peer, digest, timeout, size):
+        calls[digest] += 1
+        await asyncio.sleep(delay[digest])
+        return served[digest], "ok"
+
+    async def main():
+        state = Delivery()
+        window = dict(wanted=lambda r: 4 <= r <= 6, oldest=4, newest=6)
+        got = await collect_offers(_lister(peers), fetch, LIMITS, state, min_count=1, deadline_s=5, **window)
+        assert [x.digest for x in got.packets] == [fast]  # ended on the fast packet; slow and late in flight
+        assert len(state.pending) == 2
+        # the next round (window 5..7): the slow fetch is adopted, not asked again; late's round 4 is stale now
+        next_round = dict(wanted=lambda r: 5 <= r <= 7, oldest=5, newest=7)
+        got = await collect_offers(_lister(peers), fetch, LIMITS, state, min_count=1, deadline_s=5, **next_round)
+        assert [(x.peer_id, x.data) for x in got.packets] == [("QmSlow", slow_data)]
+        stale = got.dropped["stale"]
+        await asyncio.sleep(0.4)
+        got = await collect_offers(_lister(peers), fetch, LIMITS, state, min_count=1, deadline_s=0.3, **next_round)
+        assert got.packets == [] and stale + got.dropped["stale"] == 1 and late in state.delivered
+        assert calls == Counter({fast: 1, slow: 1, late: 1}) and not state.pending
+
+    asyncio.run(main())

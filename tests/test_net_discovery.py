@@ -416,3 +416,32 @@ def test_signature_checks_of_new_records_are_budgeted_per_owner_and_in_all(monke
     for i in range(int(D.VERIFY_BURST) + 50):
         vy.check(junk(validators[i % 3], owners[i % 3], i))
     assert len(rsa_operations) == D.VERIFY_BURST
+
+
+def test_pushes_to_a_neighbor_are_rate_limited_and_coalesced():
+    """Issue 28: a node whose rounds raced pushed ~10 announcements per second to its neighbor. Pushes
+    to one neighbor are at least MIN_PUSH_INTERVAL_S apart; the last one carries the newest state."""
+    from swarm_node.net.announce import MIN_PUSH_INTERVAL_S
+
+    mesh = Mesh("QmMe", "r", 1, PARAMS)
+    assert mesh.receive("QmPeer", _ann(), time.time())["status"] == "ok"
+    sent = []
+
+    async def contact(peer, addrs, announcement):
+        sent.append((asyncio.get_running_loop().time(), announcement["round"]))
+        return {"status": "ok", **_ann(seq=len(sent) + 1)}
+
+    driver = MeshDriver(mesh, contact)
+
+    async def main():
+        for r in range(1, 31):  # 30 rounds in ~1 s
+            mesh.set_own("m", "t", r, r, [], [])
+            driver.push()
+            await asyncio.sleep(0.033)
+        await asyncio.sleep(MIN_PUSH_INTERVAL_S + 0.2)
+        await asyncio.gather(*driver.in_flight.values())
+
+    asyncio.run(main())
+    times = [t for t, _ in sent]
+    assert 2 <= len(sent) <= 4 and sent[-1][1] == 30
+    assert all(b - a >= MIN_PUSH_INTERVAL_S - 0.01 for a, b in zip(times, times[1:]))

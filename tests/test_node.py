@@ -56,7 +56,8 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
         assert torch.allclose(pa, pb, atol=1e-6)
 
 
-def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tmp_path, monkeypatch):
+@pytest.mark.parametrize("prompt_mode", ["tokens", "sha256"])  # sha256: prompts by reference (SPEC 14.6)
+def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tmp_path, monkeypatch, prompt_mode):
     """One full swarm round of two nodes with no libp2p at all: the node loop only sees a Transport."""
     import threading
 
@@ -83,7 +84,7 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
     # classes before two threads would race on its lazy imports
     common = FAST + ["train.rounds=2", "train.warmstart_steps=100", "swarm.deadline_s=60", "swarm.linger_s=1",
                      "swarm.run_id=mem", "rollout.group_size=4", "swarm.staleness=0",
-              "swarm.alone_wait_s=60"]  # whichever node starts first waits for the other
+              "swarm.alone_wait_s=60", f"swarm.prompts={prompt_mode}"]  # whichever node starts first waits for the other
     warmstarted_model(load_config(None, common), load_task("arith"))
     loading, load_policy = threading.Lock(), node_module.load_policy
 
@@ -120,3 +121,6 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
                for name in ("A", "B")}
     assert set(prompts["A"]) == set(prompts["B"]) == {1, 2}
     assert all(not prompts["A"][r] & prompts["B"][r] for r in (1, 2)), prompts
+    prompt_lengths = {len(g.prompt_tokens) for name in ("A", "B") for p in map(decode, network.served[f"Qm{name}"].values())
+                      for g in p.groups}
+    assert prompt_lengths == {20} if prompt_mode == "sha256" else min(prompt_lengths) > 20  # 20 digits of base 100

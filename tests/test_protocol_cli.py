@@ -88,7 +88,7 @@ def test_verify_default_dir_passes():
     assert lines[0].split()[:3] == ["result", "check", "vector"] and len(rows) > 100
     assert all(line.startswith("PASS") for line in rows)
     assert lines[-1] == f"{len(rows)} passed, 0 failed"
-    assert {line.split()[1] for line in rows} == {"decode", "encode", "fingerprint", "digest"}
+    assert {line.split()[1] for line in rows} == {"decode", "encode", "fingerprint", "digest", "task"}
 
 
 def test_verify_detects_corrupted_vectors(tmp_path):

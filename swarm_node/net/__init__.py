@@ -15,6 +15,7 @@
     hivemind.py      HivemindTransport: push announcements + libp2p stream pull (v1 selectable)
     hivemind_internals.py  every use of a hivemind private attribute, fenced in one place
     memory.py        MemoryTransport: the same protocol and collect loop in one process, for tests
+    probe.py         the live conformance probe of a running node (`protocol conformance --peer`; no hivemind)
 
 Only daemon.py, discovery.py, hivemind.py and hivemind_internals.py import hivemind: they are the libp2p
 implementation, split to keep each module readable; private attributes are touched only in
@@ -48,6 +49,7 @@ class PeerInfo:
     offers: list[tuple[int, str, int]]  # (round, digest, size) of the packets it serves
     updated_at: float
     addrs: list[str] = field(default_factory=list)  # where to dial it, best first (v2 announcements)
+    produces: bool = True  # False: it announced that it offers no packets (a relay, a light client); never waited for
 
 
 @dataclass
@@ -80,6 +82,10 @@ class Transport(Protocol):
 
     def start(self) -> None:
         """Join the network (bootstrap from the configured peers); raises SwarmError on user errors."""
+
+    def set_manifest(self, digest: str, required: bool = False) -> None:
+        """Before `start`: announce the digest of our run manifest (swarm_node/contract.py) and refuse
+        peers that announce another one (or none, when `required`), before fetching anything from them."""
 
     def join_addrs(self) -> list[str]:
         """Full addresses others can bootstrap from (`--peers`), the most useful first."""

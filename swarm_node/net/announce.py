@@ -50,6 +50,8 @@ RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2,
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
+MIN_PUSH_INTERVAL_S = 0.5  # pushes to one neighbor at most this often; changes in between coalesce into one
+LEAVE_TIMEOUT_S = 2.0  # a leaving node tells its neighbors within this, then goes
 
 
 def fanout(k: int) -> int:
@@ -85,8 +87,11 @@ class Mesh:
     """One node's view of its neighbors and candidates. Not thread-safe: callers serialize."""
 
     def __init__(self, own_id: str, run_id: str, protocol: int, params: MeshParams,
-                 initial: dict[str, list[str]] | None = None, rng: random.Random | None = None):
+                 initial: dict[str, list[str]] | None = None, rng: random.Random | None = None,
+                 manifest: str | None = None):
         self.own_id, self.run_id, self.protocol, self.params = own_id, run_id, protocol, params
+        self.manifest = manifest  # digest of our run manifest: peers announcing another are refused
+        self.require_manifest = False  # also refuse peers that announce none (prompts by reference)
         self.rng = rng or random.Random()
         self.seq = 0
         self.own = make_announcement(run_id, 0, "", "", protocol, 0, 0, [], [], [])
@@ -103,10 +108,10 @@ class Mesh:
 
     # ---- our side ---------------------------------------------------------------------------------------
     def set_own(self, model_id: str, tokenizer: str, round: int, policy_version: int,
-                offers: list[tuple[int, str, int]], addrs: list[str]) -> None:
+                offers: list[tuple[int, str, int]], addrs: list[str], produces: bool = True) -> None:
         self.seq = max(self.seq + 1, time.time_ns() // 1000)  # increasing, also across restarts
         self.own = make_announcement(self.run_id, self.seq, model_id, tokenizer, self.protocol, round, policy_version,
-                                     offers, addrs, [])
+                                     offers, addrs, [], produces=produces, manifest=self.manifest)
 
     def announcement(self, to: str) -> dict:
         """Our announcement for peer `to`. It carries a peer-exchange sample (leaving `to` out) only
@@ -133,6 +138,9 @@ class Mesh:
             return "wrong_run"
         if ann.info.protocol != self.protocol:
             return "wrong_protocol"
+        if self.manifest is not None and (ann.manifest != self.manifest if ann.manifest is not None
+                                          else self.require_manifest):
+            return "wrong_manifest"  # its groups would fail our prompt or reward checks: fetch nothing
         offers = ann.info.offers
         kept = [o for o in offers if o[2] <= self.params.max_packet_bytes]
         for _, d, _ in offers:
@@ -174,6 +182,10 @@ class Mesh:
                 break
             del self.known[victim]
 
+    def leaving(self, to: str) -> dict:
+        """Our last announcement, saying we leave: `to` drops us at once instead of after ttl_s."""
+        return {**self.announcement(to), "offers": [], "peers": [], "leaving": True}
+
     # ---- server: an announcement arrived --------------------------------------------------------------
     def receive(self, peer: str, obj: object, now: float) -> dict:
         """The reply to an announcement from the authenticated `peer`."""
@@ -184,6 +196,11 @@ class Mesh:
         reason = self.judge(ann)
         if reason is not None:
             return self._refuse(peer, reason)
+        if obj.get("leaving") is True:  # optional (2026-11): the peer goes; neither neighbor nor candidate
+            self.drop(peer)
+            if peer not in self.initial:
+                self.known.pop(peer, None)
+            return {"status": STATUS_OK, **self.announcement(to=peer)}
         if self._room_for(peer, ann.degree):
             self._admit(ann, now)
             self.neighbors[peer].sent_at = now
@@ -353,12 +370,35 @@ class MeshDriver:
         self.mesh, self.contact, self.read_members, self.clock = mesh, contact, read_members, clock
         self.in_flight: dict[str, asyncio.Task] = {}
         self.again: set[str] = set()  # neighbors to push to once their exchange in flight ends
+        self.pushed_at: dict[str, float] = {}  # neighbor -> loop time of our last push to it
+        self.deferred: set[str] = set()  # neighbors with a push scheduled (MIN_PUSH_INTERVAL_S)
         self.last_member_read, self.member_read_s = -math.inf, self.MEMBER_READ_S
 
     def push(self) -> None:
-        """Send our (new) announcement to every neighbor, in the background."""
-        for peer, n in list(self.mesh.neighbors.items()):
-            self._start(peer, n.addrs)
+        """Send our (new) announcement to every neighbor, in the background, at most once per
+        MIN_PUSH_INTERVAL_S per neighbor: a push sooner than that is scheduled for when the interval
+        ends and then sends the newest announcement, so fast rounds cannot flood a neighbor."""
+        loop = asyncio.get_running_loop()
+        for peer in list(self.mesh.neighbors):
+            if peer in self.deferred:
+                continue  # already scheduled: it will carry this announcement too
+            wait = self.pushed_at.get(peer, -math.inf) + MIN_PUSH_INTERVAL_S - loop.time()
+            if wait > 0:
+                self.deferred.add(peer)
+                loop.call_later(wait, self._push_deferred, peer)
+            else:
+                self._push_now(peer)
+
+    def _push_now(self, peer: str) -> None:
+        if len(self.pushed_at) > 4 * MAX_KNOWN:
+            self.pushed_at = {p: t for p, t in self.pushed_at.items() if p in self.mesh.neighbors}
+        self.pushed_at[peer] = asyncio.get_running_loop().time()
+        self._start(peer, self.mesh.neighbors[peer].addrs)
+
+    def _push_deferred(self, peer: str) -> None:
+        self.deferred.discard(peer)
+        if peer in self.mesh.neighbors:
+            self._push_now(peer)
 
     def _start(self, peer: str, addrs: list[str]) -> None:
         if peer in self.in_flight:
@@ -419,6 +459,20 @@ class MeshDriver:
         while True:
             await self.tick()
             await asyncio.sleep(self.TICK_S)
+
+    async def leave(self) -> None:
+        """Tell every neighbor we leave (`leaving: true`), all at once, within LEAVE_TIMEOUT_S."""
+        async def tell(peer: str, addrs: list[str]) -> None:
+            try:
+                await self.contact(peer, addrs, self.mesh.leaving(peer))
+            except Exception as e:  # a courtesy: it drops us after ttl_s anyway
+                logger.debug("leave announcement to %s failed: %r", peer, e)
+
+        tasks = [asyncio.ensure_future(tell(p, n.addrs)) for p, n in list(self.mesh.neighbors.items())]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=LEAVE_TIMEOUT_S)
+            for t in late:
+                t.cancel()
 
     async def close(self) -> None:
         tasks = list(self.in_flight.values())

@@ -24,6 +24,22 @@ Per-peer limits (a hostile peer gets no more than an honest one):
   bytes not matching the digest or more than it declared is counted (`digest_mismatch`,
   `oversize`) and its transport distrusts that (peer, digest), so it is never asked again.
 
+Each digest is fetched at most once (protocol/SPEC.md section 12): a fetch still in flight when a
+call ends (its round ended on a faster packet, or at the deadline) is not cancelled but handed
+over (`Delivery.pending`) to the next call on the same event loop, which adopts it instead of
+asking again; it stays bounded by `fetch_timeout_s`. (Before, each round that ended first cancelled
+it and the next asked again: 4 requests for one digest in 1.3 s, issue 28.)
+
+Pacing a neighbour cannot steer (issue 28): a call ends early only on what nearby producers say.
+A *producer* is a neighbour that does not announce `produces: false` and is not at round 0 with
+no offers (a relay, a light client); its announced round is a claim, believed only within
+`MAX_ROUND_GAP` rounds of the wanted window. When every believed producer is past the window
+with nothing wanted left, the call returns at once (a node that fell behind catches up); when no
+neighbour is a believed producer (none at all, only non-producers, or only claims far away either
+way) the call waits `idle_wait_s`, the node's own pace, as if alone. So a neighbour announcing
+round 0 with no offers no longer holds every round for the full deadline, and one announcing round
+1,000,000 no longer lets the node race through rounds without waiting.
+
 Dropped offers are counted by reason: one left unfetched at the end of a call for a budget reason
 once per call, the others once per (peer, digest, reason) (`Delivery.counted`). Offers of rounds
 older than `oldest` are never fetched and counted once as `stale`.
@@ -48,6 +64,7 @@ MAX_REMEMBERED = 65536  # entries of each per-(peer, digest | round) memory at m
 FORGET_ROUNDS = 8  # delivered digests of rounds before oldest - FORGET_ROUNDS are forgotten (stale anyway)
 BACKOFF_S = {STATUS_BUSY: 0.5, STATUS_NOT_FOUND: 2.0}  # retry delay after a refusal; other failures: the fetch timeout
 BUDGET_REASONS = ("flood", "too_many_bytes")  # offers deferred by the per-call budget, counted at the end
+MAX_ROUND_GAP = 64  # a neighbour's announced round farther than this from the wanted window is not believed
 
 
 @dataclass(frozen=True)
@@ -59,10 +76,12 @@ class CollectLimits:
     max_parallel: int = 8  # fetches in flight at once (from distinct peers)
     lookup_timeout_s: float = 10.0  # one peer listing at most (clamped to the deadline)
     poll_s: float = 0.25  # the peer listing is re-read this often, fetches pending or not
+    idle_wait_s: float | None = None  # wait when no believed producer is near (None: the whole deadline)
 
     @classmethod
     def from_config(cls, cfg: SwarmConfig) -> CollectLimits:
-        return cls(cfg.fetch_timeout_s, cfg.max_packet_bytes, cfg.max_peer_packets, cfg.max_peer_bytes)
+        return cls(cfg.fetch_timeout_s, cfg.max_packet_bytes, cfg.max_peer_packets, cfg.max_peer_bytes,
+                   idle_wait_s=cfg.alone_wait_s)
 
 
 @dataclass
@@ -74,6 +93,8 @@ class Delivery:
     taken: dict[tuple[str, int], str] = field(default_factory=OrderedDict)  # (peer, round) -> digest fetched
     counted: set[tuple[str, str, str]] = field(default_factory=set)  # (peer, digest, reason) counted as dropped
     distrusted: set[tuple[str, str]] = field(default_factory=set)  # (peer, digest) never to fetch again
+    pending: dict[asyncio.Task, tuple[str, int, str, int]] = field(default_factory=dict)  # fetches a call left
+    #   running, (peer, round, digest, size): the next call adopts them (each digest fetched at most once)
 
     def own(self, digest: str, round: int) -> None:
         """Our own packet: never delivered back to us."""
@@ -137,8 +158,11 @@ class Collector:
     async def run(self, min_count: int, deadline_s: float, count_peers: bool) -> Collected:
         self.loop = asyncio.get_running_loop()
         self.t_end = self.loop.time() + max(0.0, deadline_s)
+        idle = self.limits.idle_wait_s
+        self.t_idle = self.loop.time() + idle if idle is not None else float("inf")
         self.min_count, self.count_peers = min_count, count_peers
         one_pass = min_count <= 0  # one listing, the fetches it allows, then return
+        self.adopt()
         self.on_listing(await self.list_peers(self.lookup_timeout()))  # always looks: stale offers count at deadline 0
         listing: asyncio.Task | None = None
         next_listing = self.loop.time() + self.limits.poll_s
@@ -146,7 +170,7 @@ class Collector:
             while self.time_left() > 0 and not (min_count > 0 and self.enough()):
                 self.start_fetches()
                 if not self.in_flight and (one_pass or self.nothing_can_come()):
-                    break
+                    break  # one pass, or every believed producer is past the window: catch up
                 if listing is None and not one_pass and self.loop.time() >= next_listing:
                     listing = self.loop.create_task(self.list_peers(self.lookup_timeout()))
                 wake = next_listing - self.loop.time() if listing is None and not one_pass else self.time_left()
@@ -157,9 +181,27 @@ class Collector:
                     else:
                         self.on_result(*self.in_flight.pop(task), *task.result())
         finally:
-            for task in [*self.in_flight, *([listing] if listing is not None else [])]:
-                task.cancel()  # a pending fetch ends here: its peer held one slot, never the call
+            if listing is not None:
+                listing.cancel()
+            # a pending fetch is not cancelled (it would be asked for again): the next call adopts it;
+            # it held one of this peer's slots, never the call
+            self.state.pending.update(self.in_flight)
+            self.in_flight.clear()
         return self.finish()
+
+    def adopt(self) -> None:
+        """Take over the fetches a previous call left running on this loop; those already done count
+        now. A result of a round no longer wanted marks its digest delivered, counted `stale`."""
+        pending, self.state.pending = self.state.pending, {}
+        for task, (peer, r, d, size) in pending.items():
+            if task.get_loop() is not self.loop or task.cancelled():
+                continue  # another call's loop (a transport that runs one loop per call) ended it
+            self.use(peer, size, +1)
+            self.tries[(peer, d)] += 1
+            if not task.done():
+                self.in_flight[task] = (peer, r, d, size)
+            elif task.exception() is None:
+                self.on_result(peer, r, d, size, *task.result())
 
     async def next_events(self, listing: asyncio.Task | None, timeout: float) -> set[asyncio.Task]:
         """The fetches (and listing) that finished within `timeout` seconds; waits for the first one."""
@@ -242,7 +284,7 @@ class Collector:
             self.deferred.pop((peer, d), None)
             self.use(peer, size, +1)
             self.tries[(peer, d)] += 1
-            timeout = min(self.limits.fetch_timeout_s, self.time_left())
+            timeout = self.limits.fetch_timeout_s  # not the call's time left: a fetch outlives the call (adopt)
             self.in_flight[self.loop.create_task(self.fetch(peer, d, timeout, size))] = (peer, r, d, size)
             in_flight.add(d)
 
@@ -259,7 +301,10 @@ class Collector:
     def on_result(self, peer: str, r: int, d: str, size: int, data: bytes | None, reason: str) -> None:
         if data is not None:
             self.state.taken.setdefault((peer, r), d)
-            if d not in self.state.delivered:
+            if d not in self.state.delivered and not self.wanted(r):  # adopted, and its round passed meanwhile
+                self.state.delivered[d] = r
+                self.result.dropped["stale"] += 1
+            elif d not in self.state.delivered:
                 self.state.delivered[d] = r
                 self.result.packets.append(Received(peer_id=peer, round=r, digest=d, data=data))
             return
@@ -274,13 +319,25 @@ class Collector:
             self.failures[peer] += 1
         self.retry_at[(peer, d)] = now + BACKOFF_S.get(reason, self.limits.fetch_timeout_s)
 
+    def producers(self) -> list[PeerInfo]:
+        """Kept neighbours whose claims pace this call: producers (not `produces: false`, not the
+        legacy convention round 0 with no offers) announcing a round within MAX_ROUND_GAP of the
+        window. Farther claims, either way, neither hold the call nor end it early."""
+        lo = (self.oldest if self.oldest is not None else self.newest) - MAX_ROUND_GAP
+        hi = self.newest + MAX_ROUND_GAP
+        return [info for info in self.peers if info.produces and (info.offers or info.round > 0)
+                and lo <= info.round <= hi]
+
     def nothing_can_come(self) -> bool:
-        """Every peer is past `newest` and offers nothing wanted that is still undelivered. Peers that
-        never offered anything and stay at round 0 (a relay, a light client) are not waited for: a
-        node that fell behind a relayed swarm must still catch up (found by bench/chaos.py)."""
-        producers = [info for info in self.peers if info.offers or info.round > 0]
-        if self.newest is None or not producers:
+        """Whether the call may end before its deadline: every believed producer is past `newest`
+        and offers nothing wanted that is still undelivered (return at once: a node that fell
+        behind catches up, also beside a relay, found by bench/chaos.py), or there is no believed
+        producer at all and the idle wait is over (the node's own pace, as if alone)."""
+        if self.newest is None:
             return False
+        producers = self.producers()
+        if not producers:
+            return self.loop.time() >= self.t_idle
         return not any(info.round <= self.newest or any(
             self.wanted(r) and d not in self.state.delivered and (info.peer_id, d) not in self.state.distrusted
             for r, d, _ in info.offers) for info in producers)

@@ -29,7 +29,7 @@ from swarm_node.net.announce import Mesh, MeshDriver, OldVersion, send_announcem
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
 from swarm_node.net.records import (
-    ANNOUNCE_PROTOCOL, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES, MEMBER_BUCKETS, Member, RecordError,
+    ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES, MEMBER_BUCKETS, Member, RecordError,
     make_member_record, member_bucket, member_key, parse_member_record, parse_record, record_key,
 )
 
@@ -287,7 +287,8 @@ class PushDiscovery:
 
     async def listen(self, addrs: list[str], member_ttl_s: float) -> None:
         self.addrs, self.member_ttl_s = addrs, member_ttl_s
-        await self.p2p.add_binary_stream_handler(ANNOUNCE_PROTOCOL, self.serve)
+        for proto in ANNOUNCE_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
+            await self.p2p.add_binary_stream_handler(proto, self.serve)
 
     async def start(self, own: dict) -> list[asyncio.Task]:
         """Dial the initial peers now; returns the background tasks (mesh upkeep, membership record)."""
@@ -301,6 +302,7 @@ class PushDiscovery:
         self.driver.push()
 
     async def close(self) -> None:
+        await self.driver.leave()  # neighbors drop us at once instead of after ttl_s
         await self.driver.close()
 
     async def contact(self, peer: str, addrs: list[str], announcement: dict) -> dict:
@@ -310,14 +312,14 @@ class PushDiscovery:
 
         async def exchange() -> dict:
             try:
-                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOL)
+                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOLS)
             except Exception as e:
                 if is_old_version(e):
                     raise OldVersion(peer) from None
                 if not addrs:
                     raise
                 await dial(self.p2p, pid, [Multiaddr(a) for a in addrs])
-                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOL)
+                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOLS)
             try:
                 if info.peer_id != pid:
                     raise SwarmError(f"stream to {peer} reached {info.peer_id}")

@@ -1,4 +1,4 @@
-"""Fetch protocol ("swarm_node.fetch.v1") over any asyncio byte stream: client and server.
+"""Fetch protocol ("/swarm-node/fetch/1.0.0", legacy "swarm_node.fetch.v1") over any asyncio byte stream.
 
 No hivemind here: `hivemind.py` supplies libp2p streams (opened to an authenticated peer id);
 this module only speaks the framing of protocol/SPEC.md (sections 11-12). One request per

@@ -2,7 +2,7 @@
 
 Discovery (`discovery`; protocol/SPEC.md section 11):
     push     (v2, default) each node keeps D ~ k + 3 sqrt(k) neighbors and pushes its offers to them
-             over `swarm_node.announce.v2` streams (`announce.py`); small signed membership records
+             over `/swarm-node/announce/2.0.0` streams (`announce.py`); small signed membership records
              sit in a few capped DHT keys, refreshed rarely and read only when a node runs out of
              candidates (`discovery.MemberDirectory`). Cost per node and round: O(D), not O(N).
     dht-key  (v1) every node's signed record under one DHT key, polled whole (`discovery.PeerDirectory`);
@@ -54,7 +54,7 @@ from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_
 from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (
-    FETCH_PROTOCOL, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
+    FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
     STATUS_NOT_FOUND, is_digest, make_record,
 )
 
@@ -98,8 +98,12 @@ class HivemindTransport:
     D = k + 3 sqrt(k) (default `cfg.min_peers`)."""
 
     def __init__(self, cfg: SwarmConfig, model_id: str, tokenizer: str, protocol: int = PROTOCOL_VERSION,
-                 discovery: str | None = None, mesh_k: int | None = None):
+                 discovery: str | None = None, mesh_k: int | None = None, produces: bool = True,
+                 manifest: str | None = None):
         self.cfg, self.model_id, self.tokenizer, self.protocol = cfg, model_id, tokenizer, protocol
+        self.produces = produces  # False: announce that we offer no packets (relay, light client)
+        self.manifest = manifest  # digest of our run manifest, announced; set before start (set_manifest)
+        self._require_manifest = False  # refuse peers announcing no manifest (prompts by reference)
         self.discovery = discovery or getattr(cfg, "discovery", "push")
         if self.discovery not in DISCOVERY_MODES:
             raise SwarmError(f"swarm.discovery must be one of {'|'.join(DISCOVERY_MODES)}, got {self.discovery!r}")
@@ -159,8 +163,9 @@ class HivemindTransport:
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
         self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats)
-        await self._p2p.add_binary_stream_handler(
-            FETCH_PROTOCOL, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
+        for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
+            await self._p2p.add_binary_stream_handler(
+                proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
         await self._p2p.add_binary_stream_handler(
             DIALBACK_PROTOCOL, lambda info, reader, writer: self._dialback_server.handle(
                 str(info.peer_id), str(info.addr), reader, writer))
@@ -197,7 +202,8 @@ class HivemindTransport:
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
-        mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial)
+        mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest)
+        mesh.require_manifest = self._require_manifest
         self._push = PushDiscovery(self._p2p, mesh, members, self._stats)
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
@@ -275,6 +281,13 @@ class HivemindTransport:
             raise SwarmError("peer id is known after start()")
         return self._peer_id
 
+    def set_manifest(self, digest: str, required: bool = False) -> None:
+        """Announce this run-manifest digest and refuse peers announcing another, or none when
+        `required` (call before start)."""
+        if self._started:
+            raise SwarmError("set_manifest must be called before start()")
+        self.manifest, self._require_manifest = digest, required
+
     def join_addrs(self) -> list[str]:
         """Full multiaddrs (with /p2p/<peer id>) others can bootstrap from: relayed first, loopback last."""
         async def get():
@@ -341,6 +354,20 @@ class HivemindTransport:
     def stats(self) -> dict[str, int]:
         return dict(self._stats)
 
+    # ---- raw streams, for tools (the conformance probe, net/probe.py) -----------------------------------
+    async def aopen_stream(self, peer_id: str, protos: tuple[str, ...]) -> tuple[str, asyncio.StreamReader,
+                                                                                 asyncio.StreamWriter]:
+        """A stream to `peer_id` speaking the first of `protos` it supports: (id negotiated, reader, writer)."""
+        info, reader, writer = await open_stream(self._p2p, PeerID.from_base58(peer_id), protos)
+        return info.proto, reader, writer
+
+    async def adial(self, peer_id: str, addrs: list[str]) -> None:
+        await dial(self._p2p, PeerID.from_base58(peer_id), [Multiaddr(a) for a in addrs])
+
+    def call(self, coro, timeout: float):
+        """Run `coro` on the transport's loop, bounded by `timeout` (SwarmError when it runs out)."""
+        return self._run(coro, timeout)
+
     # ---- discovery ----------------------------------------------------------------------------------
     def _offered(self) -> list[tuple[int, str, int]]:
         """(round, digest, size) of the packets our record announces."""
@@ -363,7 +390,8 @@ class HivemindTransport:
     def _own(self) -> dict:
         """What our announcement says (v2)."""
         return dict(model_id=self.model_id, tokenizer=self.tokenizer, round=self._round,
-                    policy_version=self._policy_version, offers=self._offered(), addrs=self._addrs)
+                    policy_version=self._policy_version, offers=self._offered(), addrs=self._addrs,
+                    produces=self.produces)
 
     def _connected(self) -> bool:
         return has_routes(self._dht) or bool(self._push is not None and self._push.mesh.neighbors)
@@ -429,7 +457,7 @@ class HivemindTransport:
         download = Download(self.cfg.run_id, digest, limit)
 
         async def stream_to_peer() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            info, reader, writer = await open_stream(self._p2p, pid, FETCH_PROTOCOL)
+            info, reader, writer = await open_stream(self._p2p, pid, FETCH_PROTOCOLS)  # new id first
             if info.peer_id != pid:
                 writer.close()
                 raise SwarmError(f"a stream to {peer_id} reached {info.peer_id}")

@@ -103,14 +103,17 @@ def is_old_version(error: Exception) -> bool:
     return "protocols not supported" in str(error)
 
 
-async def open_stream(p2p: P2P, pid: PeerID, proto: str) -> tuple[StreamInfo, asyncio.StreamReader,
-                                                                   asyncio.StreamWriter]:
+async def open_stream(p2p: P2P, pid: PeerID, proto: str | tuple[str, ...]) -> tuple[StreamInfo, asyncio.StreamReader,
+                                                                                     asyncio.StreamWriter]:
     """= P2P.call_binary_stream_handler, but closes the p2pd control socket when opening fails or
-    is cancelled (private `P2P._client.control.daemon_connector`)."""
+    is cancelled (private `P2P._client.control.daemon_connector`). Several protocol ids: p2pd's
+    multistream-select offers them in order and the stream speaks the first the peer supports
+    (`StreamInfo.proto` says which)."""
+    protos = [proto] if isinstance(proto, str) else list(proto)
     reader, writer = await p2p._client.control.daemon_connector.open_connection()
     try:
         await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.STREAM_OPEN, streamOpen=(
-            p2pd_pb2.StreamOpenRequest(peer=pid.to_bytes(), proto=[proto]))))
+            p2pd_pb2.StreamOpenRequest(peer=pid.to_bytes(), proto=protos))))
         response = p2pd_pb2.Response()
         await read_pbmsg_safe(reader, response)
         raise_if_failed(response)

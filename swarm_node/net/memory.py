@@ -107,7 +107,7 @@ class _Scripted:
         i = self.info
         return {"run_id": self.run_id or run_id, "seq": time.time_ns() // 1000, "degree": 0, "model_id": i.model_id,
                 "tokenizer": i.tokenizer, "protocol": i.protocol, "round": i.round, "policy_version": i.policy_version,
-                "offers": [list(o) for o in i.offers], "addrs": [], "peers": []}
+                "offers": [list(o) for o in i.offers], "addrs": [], "peers": [], "produces": i.produces}
 
     def answer(self, peer: str, announcement: dict) -> dict:
         run_id = announcement.get("run_id") if isinstance(announcement, dict) else None
@@ -121,7 +121,7 @@ class MemoryTransport:
     `cfg`, the defaults by default."""
 
     def __init__(self, network: MemoryNetwork, peer_id: str, model_id: str = "m", tokenizer: str = "t",
-                 protocol: int = PROTOCOL_VERSION, cfg: SwarmConfig | None = None):
+                 protocol: int = PROTOCOL_VERSION, cfg: SwarmConfig | None = None, manifest: str | None = None):
         self.network, self._peer_id = network, peer_id
         self.model_id, self.tokenizer, self.protocol = model_id, tokenizer, protocol
         self.cfg = cfg if cfg is not None else SwarmConfig()
@@ -129,7 +129,7 @@ class MemoryTransport:
         self._round = self._policy_version = 0
         self._delivery = Delivery()
         params = MeshParams.for_peers(self.cfg.min_peers, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
-        self._mesh = Mesh(peer_id, self.cfg.run_id, protocol, params)
+        self._mesh = Mesh(peer_id, self.cfg.run_id, protocol, params, manifest=manifest)
         self._stats = {"bytes_in": 0, "packets_in": 0, "fetch_failures": 0, "fetch_not_found": 0,
                        "fetch_oversize": 0, "digest_mismatches": 0, "fetch_timeouts": 0, "announces_sent": 0}
         self._state = "new"  # -> "running" -> "closed"
@@ -144,6 +144,13 @@ class MemoryTransport:
         self._state = "running"
         self.network.join(self._peer_id, self)
         self._announce()
+
+    def set_manifest(self, digest: str, required: bool = False) -> None:
+        """Announce this run-manifest digest and refuse peers announcing another, or none when
+        `required` (call before start)."""
+        if self._state != "new":
+            raise SwarmError("set_manifest must be called before start()")
+        self._mesh.manifest, self._mesh.require_manifest = digest, required
 
     def join_addrs(self) -> list[str]:
         return [f"/memory/{self._peer_id}"]
@@ -190,6 +197,9 @@ class MemoryTransport:
 
     def close(self) -> None:
         if self._state == "running":
+            with self.network.lock:  # tell our neighbors we leave: they drop us at once
+                for peer in list(self._mesh.neighbors):
+                    self.network.exchange(self._peer_id, peer, self._mesh.leaving(peer))
             self.network.leave(self._peer_id)
         self._state = "closed"
 

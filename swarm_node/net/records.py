@@ -25,7 +25,9 @@ from swarm_node.net import PeerInfo
 
 # ---- names and limits (protocol/SPEC.md sections 11-12) ---------------------------------------
 DISCOVERY_VERSION = 2
-ANNOUNCE_PROTOCOL = "swarm_node.announce.v2"  # libp2p stream protocol id of announcements (v2)
+ANNOUNCE_PROTOCOL = "/swarm-node/announce/2.0.0"  # libp2p stream protocol id of announcements (v2)
+LEGACY_ANNOUNCE_PROTOCOL = "swarm_node.announce.v2"  # the same protocol's id before 2026-11 (no leading "/")
+ANNOUNCE_PROTOCOLS = (ANNOUNCE_PROTOCOL, LEGACY_ANNOUNCE_PROTOCOL)  # served both; dialled in this order
 MEMBER_KEY_FORMAT = "swarm-node/{run_id}/v2/members/{bucket}"  # DHT keys of membership records (v2)
 MEMBER_BUCKETS = 8  # membership keys per run; a node writes to bucket H(peer id) mod MEMBER_BUCKETS
 MAX_BUCKET_ENTRIES = 64  # a holder keeps at most this many records per membership key (the latest-expiring)
@@ -39,7 +41,9 @@ MAX_DEGREE = 1024  # largest neighbor count an announcement may state
 MAX_ROUND = 2**53 - 1  # v2: rounds above the packet codec's integer range are junk (no packet can carry them)
 STATUS_FULL, STATUS_REFUSED = "full", "refused"  # announcement replies besides "ok"
 RECORD_KEY_FORMAT = "swarm-node/{run_id}/peers"  # v1 DHT key; the subkey is the owner's "[owner:ssh-rsa ...]"
-FETCH_PROTOCOL = "swarm_node.fetch.v1"  # libp2p stream protocol id of the packet server
+FETCH_PROTOCOL = "/swarm-node/fetch/1.0.0"  # libp2p stream protocol id of the packet server
+LEGACY_FETCH_PROTOCOL = "swarm_node.fetch.v1"  # the same protocol's id before 2026-11 (rust-libp2p refuses it)
+FETCH_PROTOCOLS = (FETCH_PROTOCOL, LEGACY_FETCH_PROTOCOL)  # served both; dialled in this order (SPEC section 12)
 MAX_RECORD_BYTES = 4096  # msgpack record value, signature stripped
 MAX_SIGNED_RECORD_BYTES = 8192  # record value as stored in the DHT (record + "[signature:...]")
 MAX_RECORD_TTL_S = 3600.0  # a record may not expire later than now + this (bounds stale entries)
@@ -165,6 +169,7 @@ class Announcement:
     degree: int  # how many neighbors the sender has (lets over-connected pairs drop their link)
     addrs: list[str]  # the sender's own multiaddrs (claims)
     peers: list[tuple[str, list[str]]] = field(default_factory=list)  # peer exchange: (peer id, multiaddrs)
+    manifest: str | None = None  # digest of the sender's run manifest (None: it announced none)
 
 
 def _parse_peer_id(v: Any, what: str = "peer_id") -> str:
@@ -203,11 +208,17 @@ def parse_member_record(obj: Any) -> Member:
 
 def make_announcement(run_id: str, seq: int, model_id: str, tokenizer: str, protocol: int, round: int,
                       policy_version: int, offers: list[tuple[int, str, int]], addrs: list[str],
-                      peers: list[tuple[str, list[str]]], degree: int = 0) -> dict:
-    """An announcement map (request frame, or the body of an "ok" reply), checked like a receiver would."""
+                      peers: list[tuple[str, list[str]]], degree: int = 0, produces: bool = True,
+                      manifest: str | None = None) -> dict:
+    """An announcement map (request frame, or the body of an "ok" reply), checked like a receiver would.
+    `produces` False says the sender offers no packets (a relay, a light client): never wait for it.
+    `manifest`: the digest of the sender's run manifest (swarm_node/contract.py), if it has one."""
     ann = {"run_id": run_id, "seq": seq, "degree": degree, "model_id": model_id, "tokenizer": tokenizer, "protocol": protocol, "round": round,
            "policy_version": policy_version, "offers": [[r, d, s] for r, d, s in offers][-MAX_OFFERS_IN_RECORD:],
-           "addrs": list(addrs)[:MAX_ADDRS], "peers": [[p, list(a)[:MAX_ADDRS]] for p, a in peers][:MAX_PX]}
+           "addrs": list(addrs)[:MAX_ADDRS], "peers": [[p, list(a)[:MAX_ADDRS]] for p, a in peers][:MAX_PX],
+           "produces": bool(produces)}
+    if manifest is not None:
+        ann["manifest"] = manifest
     parse_announcement(ann, "Qm1", 0.0)
     return ann
 
@@ -229,13 +240,19 @@ def parse_announcement(obj: Any, peer_id: str, received_at: float) -> Announceme
     if not isinstance(obj, dict) or not all(isinstance(k, str) for k in obj):
         raise RecordError("announcement must be a map with string keys")
     addrs = _parse_addrs(obj.get("addrs"))
+    produces = obj.get("produces", True)  # optional (2026-11); absent: the legacy convention decides
+    if type(produces) is not bool:
+        raise RecordError("produces: expected a bool")
+    manifest = obj.get("manifest")  # optional (2026-11): the digest of the sender's run manifest
+    if manifest is not None and not is_digest(manifest):
+        raise RecordError("manifest: expected 'sha256:' + 64 lowercase hex chars")
     info = PeerInfo(
         peer_id=peer_id, model_id=_str(obj, "model_id"), tokenizer=_str(obj, "tokenizer"),
         protocol=_int(obj, "protocol", 0, 2**31 - 1), round=_int(obj, "round", 0, MAX_ROUND),
         policy_version=_int(obj, "policy_version", 0, MAX_ROUND), offers=_parse_offers(obj.get("offers"), MAX_ROUND),
-        updated_at=float(received_at), addrs=addrs)
+        updated_at=float(received_at), addrs=addrs, produces=produces)
     return Announcement(info, _str(obj, "run_id", 64), _int(obj, "seq", 0, MAX_ROUND), _int(obj, "degree", 0, MAX_DEGREE),
-                        addrs, parse_peer_exchange(obj.get("peers")))
+                        addrs, parse_peer_exchange(obj.get("peers")), manifest)
 
 
 # ---- framing: u32 big-endian length + msgpack map (fetch requests/headers; announcements) ---------
