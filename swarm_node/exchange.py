@@ -102,7 +102,7 @@ class Exchange:
         t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
         for _ in range(MAX_COLLECTS):
             have = {peer for peer, _ in accepted}
-            if t_fair is None and len(have) >= s.min_peers:
+            if t_fair is None and 0 < s.min_peers <= len(have):  # min_peers 0: one pass, as asked
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
             if t_fair is None:
                 got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
