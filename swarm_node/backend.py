@@ -78,7 +78,7 @@ def load_pretrained(name: str, dtype: torch.dtype):
 
     resolved = resolve_model_name(name)
     if resolved != name:
-        log.info("model %s -> hub id %s", name, resolved)
+        log.info("model %s -> %s", name, resolved)
     reachable, why = (True, "") if Path(resolved).expanduser().exists() else hub_reachable()
     try:
         tokenizer = load_tokenizer(resolved, local_files_only=not reachable)
