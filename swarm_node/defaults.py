@@ -13,7 +13,8 @@ model on GSM8K. So:
     train.warmstart_steps    900 for tiny presets: a random model never writes `#### <answer>`, so
                              every GRPO group would have zero advantage; 900 (not 600) steps get past
                              the point where it starts answering correctly; 0 for real models
-    rollout.max_new_tokens   the task's natural completion length (arith: digits + 10, gsm8k: 256)
+    rollout.max_new_tokens   the task's natural completion length (arith: digits + 10 characters, or
+                             4 digits + 16 BPE tokens for a real model's `a + b = c` line; gsm8k: 256)
     task.eval_limit          the task's evaluation size (200; math500: all 500)
 
 `resolve` returns the completed config and one line per chosen value with its reason; the node
@@ -68,8 +69,11 @@ def resolve(cfg: NodeConfig, task) -> tuple[NodeConfig, list[str]]:
     """Fill every open setting from the model and `task` (a loaded `tasks.Task`)."""
     cfg, chosen = resolve_model_defaults(cfg)
     if cfg.rollout.max_new_tokens is None:
-        cfg = _replace(cfg, "rollout", max_new_tokens=task.max_new_tokens)
-        chosen.append(f"rollout.max_new_tokens = {task.max_new_tokens} ({task.name}'s natural completion length)")
+        real = getattr(task, "chat_max_new_tokens", None) if cfg.model.name not in PRESETS else None
+        n = real or task.max_new_tokens
+        cfg = _replace(cfg, "rollout", max_new_tokens=n)
+        chosen.append(f"rollout.max_new_tokens = {n} ({task.name}'s natural completion length"
+                      + (" for a real model's vocabulary)" if real else ")"))
     if cfg.task.eval_limit is None:
         cfg = _replace(cfg, "task", eval_limit=task.eval_limit)
         chosen.append(f"task.eval_limit = {task.eval_limit} ({task.name}'s evaluation size)")
