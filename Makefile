@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 #   make demo TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast install clean models
+.PHONY: demo demo-real test test-fast install clean models
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ demo: $(STAMP)
 # converted once into $$SWARM_NODE_MODELS (default ~/.cache/swarm-node/models); quiet when already there.
 models: $(STAMP)
 	$(VENV)/bin/swarm-node models fetch smollm2-135m qwen2.5-tokenizer
+
+# Two real SmolLM2-135M nodes (full fine-tuning + LoRA) in a swarm on 127.0.0.1 (configs/demo-real/):
+# about 30-40 min for 6 rounds on a shared 2-core CPU, so `make demo` keeps the tiny models.
+demo-real: models
+	$(VENV)/bin/swarm-node demo --configs configs/demo-real
 
 test: $(STAMP)
 	$(PY) -m pytest -q

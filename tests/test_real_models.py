@@ -94,7 +94,7 @@ def test_lora_sits_on_the_real_attention_projections_and_one_round_changes_every
     assert all(("q_proj" in n or "v_proj" in n) and "lora_" in n for n in names)
     task = load_task("arith")
     cfg, _ = resolve(NodeConfig(model=ModelConfig(name="smollm2-135m", lora_r=8),
-                                rollout=RolloutConfig(group_size=6, prompts_per_round=2),
+                                rollout=RolloutConfig(group_size=4, prompts_per_round=2, max_new_tokens=12),
                                 train=__import__("swarm_node.config").config.TrainConfig(lr=1e-3)), task)
     examples = [task.split("train")[i] for i in (3, 8)]
     groups = generate_groups(HFSampler(policy), policy, task, examples, cfg.rollout, seed=0)
