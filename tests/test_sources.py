@@ -97,3 +97,16 @@ def test_unknown_names_are_one_clear_error(store):
     with pytest.raises(SourceError, match="known: smollm2-135m"):
         fetch("gpt-5")
     assert "qwen2.5-tokenizer" in missing_message("qwen2.5-tokenizer")
+
+
+def test_a_packaged_model_brings_its_measured_training_defaults():
+    from swarm_node.config import ModelConfig, NodeConfig
+    from swarm_node.defaults import resolve_model_defaults
+
+    cfg, chosen = resolve_model_defaults(NodeConfig(model=ModelConfig(name="smollm2-135m")))
+    assert (cfg.train.lr, cfg.rollout.prompts_per_round, cfg.train.warmstart_steps) == (1e-5, 4, 0)
+    assert any("smollm2-135m's measured setting" in line for line in chosen)
+    lora, _ = resolve_model_defaults(NodeConfig(model=ModelConfig(name="smollm2-135m", lora_r=8)))
+    assert lora.train.lr == 1e-6  # not measured for LoRA: the paper's real-model default
+    qwen, _ = resolve_model_defaults(NodeConfig(model=ModelConfig(name="Qwen2.5-3B")))
+    assert (qwen.train.lr, qwen.rollout.prompts_per_round) == (1e-6, 2)
