@@ -80,6 +80,7 @@ def _lora_policy():
     return Policy.load(ModelConfig(name="smollm2-135m", lora_r=8))
 
 
+@pytest.mark.slow  # one real training step (~20 s on one thread)
 def test_lora_sits_on_the_real_attention_projections_and_one_round_changes_every_B_matrix(tmp_path):
     from swarm_node.checkpoint import save_checkpoint
     from swarm_node.defaults import resolve
