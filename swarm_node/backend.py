@@ -78,7 +78,7 @@ def load_pretrained(name: str, dtype: torch.dtype):
 
     resolved = resolve_model_name(name)
     if resolved != name:
-        log.info("model %s -> hub id %s", name, resolved)
+        log.info("model %s -> %s", name, resolved)
     reachable, why = (True, "") if Path(resolved).expanduser().exists() else hub_reachable()
     try:
         tokenizer = load_tokenizer(resolved, local_files_only=not reachable)
@@ -171,10 +171,16 @@ class Policy:
         return torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32)
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Float32 logits [B, c, V] from final hidden states [B, c, H], the head in its weight's dtype."""
+        """Float32 logits [B, c, V] from final hidden states [B, c, H], the head in its weight's dtype.
+
+        V is the tokenizer's size: Qwen2.5's embedding has 151,936 rows for 151,665 tokens, and an id
+        in the padding rows is no token (it decodes to nothing, and every peer's codec rejects the
+        packet that carries it), so those rows are cut here, for sampling and training alike.
+        """
         head = self.model.get_output_embeddings()
         with torch.autocast(self.device.type, enabled=False):
-            return head(hidden.to(head.weight.dtype)).float()  # [B, c, V]
+            logits = head(hidden.to(head.weight.dtype)).float()  # [B, c, V_model]
+        return logits[..., :self.vocab_size] if logits.shape[-1] > self.vocab_size else logits  # [B, c, V]
 
     # -- text <-> tokens --------------------------------------------------------------------
     @property

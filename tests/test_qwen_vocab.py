@@ -1,0 +1,133 @@
+"""The real Qwen2.5 vocabulary (`make models` installs it: swarm_node/sources.py) on a tiny random Qwen2 model.
+
+What only a real 151k-token vocabulary shows: its fingerprint, prompts rendered with Qwen2.5's chat
+template exactly as a `--model Qwen2.5-3B(-Instruct)` node renders them, token ids above 65,535 and
+an embedding with more rows (151,936) than tokens (151,665) through sampling, packets and admission,
+and log-probs over 151,665 logits computed in chunks.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from swarm_node.sources import installed
+
+pytestmark = pytest.mark.skipif(installed("qwen2.5-tokenizer") is None,
+                                reason="qwen2.5-tokenizer is not installed: run `make models` "
+                                       "(or `swarm-node models fetch qwen2.5-tokenizer`)")
+
+QWEN25_FINGERPRINT = "sha256:a6edb125c5dc615dad0179399ac171ea6315addbe5607c72e19097fcb8fc3597"  # measured here
+IM_START, IM_END, NEWLINE, SYSTEM, USER, ASSISTANT = 151644, 151645, 198, 8948, 872, 77091  # Qwen2.5's ids
+QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def _tokenizer(name_or_path: str, eos: str = "<|im_end|>"):
+    """Qwen2.5's tokenizer as the hub serves it for `name_or_path` (-Instruct: EOS <|im_end|>; base: <|endoftext|>)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(installed("qwen2.5-tokenizer")))
+    tok.name_or_path, tok.eos_token = name_or_path, eos
+    return tok
+
+
+@pytest.fixture(scope="module")
+def instruct():
+    return _tokenizer("Qwen/Qwen2.5-3B-Instruct")
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(instruct):
+    """A random-init Qwen2 model with Qwen2.5's padded embedding (151,936 rows) and the real tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from swarm_node.backend import Policy
+
+    config = Qwen2Config(vocab_size=151_936, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True,
+                         eos_token_id=IM_END, pad_token_id=151643)
+    torch.manual_seed(0)
+    return Policy(Qwen2ForCausalLM(config), instruct, "tiny-qwen", torch.device("cpu"))
+
+
+def test_the_vocabulary_is_qwen25s_and_its_fingerprint_is_pinned(instruct):
+    from swarm_node.codec import tokenizer_fingerprint
+
+    assert len(instruct) == 151_665 and instruct.vocab_size == 151_643
+    assert instruct.convert_ids_to_tokens([151643, IM_START, IM_END, 151664]) == [
+        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|file_sep|>"]
+    assert instruct.encode("<think>") != [151667]  # Qwen3's token, dropped: plain text in Qwen2.5
+    assert tokenizer_fingerprint(instruct) == QWEN25_FINGERPRINT
+    assert instruct.encode("Janet has 1,234 ducks") == [18315, 295, 702, 220, 16, 11, 17, 18, 19, 77778]
+
+
+def test_qwen25_3b_instruct_prompts_are_rendered_as_a_real_qwen_node_renders_them(instruct):
+    from swarm_node.tasks import load_task
+    from swarm_node.tasks.prompt import render_prompt, uses_chat_template
+
+    task = load_task("arith")
+    ex = task.split("test")[0]
+    shown, completion = task.demonstration()
+    assert uses_chat_template(instruct, "auto")
+    text = render_prompt(task, ex, instruct)
+    assert text == (f"<|im_start|>system\n{QWEN_SYSTEM}<|im_end|>\n"
+                    f"<|im_start|>user\n{shown.question}<|im_end|>\n<|im_start|>assistant\n{completion}<|im_end|>\n"
+                    f"<|im_start|>user\n{ex.question}<|im_end|>\n<|im_start|>assistant\n")
+    ids = instruct.encode(text, add_special_tokens=False)
+    assert ids[:3] == [IM_START, SYSTEM, NEWLINE] and ids[-3:] == [IM_START, ASSISTANT, NEWLINE]
+    assert ids.count(IM_START) == 5 and ids.count(IM_END) == 4 and ids.count(USER) == 2
+    assert render_prompt(task, ex, instruct, system="Be brief.").startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
+
+
+def test_qwen25_3b_base_keeps_the_plain_prompt():
+    """Qwen2.5 base checkpoints ship the same template but end text with <|endoftext|>: plain prompt."""
+    from swarm_node.tasks import load_task
+    from swarm_node.tasks.prompt import render_prompt
+
+    base = _tokenizer("Qwen/Qwen2.5-3B", eos="<|endoftext|>")
+    task = load_task("arith")
+    ex = task.split("test")[0]
+    assert render_prompt(task, ex, base) == task.prompt(ex) == f"Q: {ex.question}\nA: "
+
+
+def test_chunked_logprobs_over_the_real_vocabulary_equal_a_full_log_softmax(tiny_qwen):
+    prompts = [tiny_qwen.encode("What is 47 plus 4?"), tiny_qwen.encode("Janet has")]
+    completions = [[151_000, 16, IM_END], [70_000, 198]]
+    logp, mask = tiny_qwen.token_logprobs(prompts, completions, chunk=2)  # [2, 3]
+    with torch.no_grad():
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            logits = tiny_qwen.model(torch.tensor([p + c])).logits[0, len(p) - 1:-1, :151_665]  # [T, V]
+            want = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(c)[:, None]).squeeze(-1)
+            assert torch.allclose(logp[i, :len(c)], want, atol=1e-5)
+    assert mask.sum() == 5
+    logp.sum().backward()
+    assert tiny_qwen.model.get_output_embeddings().weight.grad is not None
+
+
+def test_packets_with_real_token_ids_round_trip_and_are_admitted(tiny_qwen):
+    """Sampled ids span the real vocabulary (many above 65,535), never the 271 padding rows, and a
+    peer with the same tokenizer admits the packet: same prompt ids, rewards recomputed."""
+    from swarm_node.admit import Admission, Expectations
+    from swarm_node.codec import Packet, decode, encode, tokenizer_fingerprint
+    from swarm_node.config import RolloutConfig
+    from swarm_node.net import Received
+    from swarm_node.rollout import generate_groups, round_examples
+    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.tasks import load_task
+
+    task = load_task("arith")
+    groups = generate_groups(HFSampler(tiny_qwen), tiny_qwen, task, round_examples(task, 1, 2, "q"),
+                             RolloutConfig(group_size=4, max_new_tokens=16), seed=0)
+    ids = np.concatenate([c.tokens for g in groups for c in g.completions])
+    assert ids.max() < 151_665 and (ids > 65_535).any()
+    assert tiny_qwen.head_logits(torch.zeros(1, 1, 32)).shape == (1, 1, 151_665)  # the padding rows are cut
+    fingerprint = tokenizer_fingerprint(tiny_qwen.tokenizer)
+    packet = Packet(run_id="run", sender="QmPeer", model_id="tiny-qwen", tokenizer=fingerprint, policy_version=0,
+                    round=1, mode="vertical", groups=groups)
+    data = encode(packet)
+    back = decode(data, vocab_size=tiny_qwen.vocab_size)
+    assert [c.tokens.tolist() for g in back.groups for c in g.completions] == [
+        c.tokens.tolist() for g in groups for c in g.completions]
+    admitted = Admission(Expectations(run_id="run", tokenizer=fingerprint, staleness=2), task, tiny_qwen).check(
+        Received(peer_id="QmPeer", round=1, digest="", data=data), 1)
+    assert len(admitted.groups) == 2
+    assert len(data) / len(ids) < 8 + 40  # ~8 bytes per completion token plus per-completion framing
