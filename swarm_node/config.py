@@ -68,7 +68,7 @@ class LossConfig:
     peer_negative_weight: float = 0.0
     """Weight of a negative-advantage sample from a peer outside swarm.trusted_peers: 0 = such a peer can only teach what this node verified correct, never push down what it does (default); 1 = the paper's F-TIS for every peer."""
     peer_plausibility_margin: float | None = 1.0
-    """An untrusted peer's positive sample teaches only if its mean per-token log-prob under this node's policy is at most this many nats below the 5th percentile of the node's own samples in the step (None = no check, the paper's F-TIS)."""
+    """An untrusted peer's positive sample teaches only if its mean per-token log-prob, and its worst token's, under this node's policy are at most this many nats below the 5th percentiles of the node's own samples (anchored at the node's first step; loss.implausible), and its claimed generator log-probs are ignored (None = no check, the paper's F-TIS)."""
 
     def __post_init__(self) -> None:
         if self.C_negative is not None and not self.C_negative > 0:

@@ -58,12 +58,18 @@ Peers teach, never un-teach (`teach_only`, LossConfig.peer_negative_weight w, de
 
 Plausible teaching only (`implausible`, LossConfig.peer_plausibility_margin m, default 1 nat):
     A_i := 0   where sample i came from an untrusted peer, A_i > 0 and
-               (1/|a_i|) sum_t m_it logp_it  <  q05(own) - m
-  q05(own): the 5th percentile of the node's own samples' mean per-token log-prob in the step (as
-  its sampler reported them). Verified-correct is not enough: correct completions that the node
-  would never write ("kq\n#### 73") teach it a context in which it has never learned the answer,
-  and drove a node from 0.14 to 0.03 held-out pass@1 in 100 rounds with every negative dropped.
-  With the check, a peer can only raise completions about as likely under this node as its own.
+               (1/|a_i|) sum_t m_it logp_it  <  F_mean   or   min_t logp_it  <  F_token
+    F_mean  = max(q05(own mean per-token log-prob) - m, its value at the node's first step)
+    F_token = max(q05(own worst token log-prob) - m,    its value at the node's first step)
+  q05(own ...): 5th percentiles over the node's own samples in the step, as its sampler reported
+  them. Verified-correct is not enough: correct completions that the node would never write
+  ("kq\n#### 73") teach it a context in which it has never learned the answer, and drove a node
+  from 0.14 to 0.03 held-out pass@1 in 100 rounds with every negative dropped. The worst-token
+  bar stops a single implausible token hidden in a likely completion (the mean dilutes it); the
+  first-step anchor stops a ratchet: positives that just pass flatten the node's distribution,
+  which lowers its percentiles and so the bar, until junk-prefixed positives pass (red team:
+  0.14 -> 0.01 with a bar that followed the node down). An untrusted peer's sample is also taken
+  as on-policy (gen_logp := logp): its claimed log-probs cannot raise its weight above 1.
 
 Aggregation (GRPO/DAPO per-sequence mean; no KL penalty term):
     loss = -(1/B) * sum_i (1/|a_i|) * sum_t m_it * term_it
@@ -121,12 +127,15 @@ def teach_only(advantages: Tensor, untrusted: Tensor, weight: float) -> Tensor:
     return torch.where(untrusted & (advantages < 0), scaled, advantages)  # [N]
 
 
-def implausible(logp: Tensor, mask: Tensor, floor: float) -> Tensor:
-    """bool [B]: sequences whose mean per-token log-prob under the policy is below `floor` (empty: False)."""
+def implausible(logp: Tensor, mask: Tensor, mean_floor: float, token_floor: float = -float("inf")) -> Tensor:
+    """bool [B]: sequences whose mean per-token log-prob under the policy is below `mean_floor`, or
+    any of whose tokens is below `token_floor` (empty sequences: False)."""
     m = mask != 0  # [B, T]
     n = m.sum(-1)  # [B]
-    mean = torch.where(m, logp.detach(), torch.zeros_like(logp)).sum(-1) / n.clamp(min=1)  # [B]
-    return (n > 0) & (mean < floor)  # [B]
+    lp = logp.detach()  # [B, T]
+    mean = torch.where(m, lp, torch.zeros_like(lp)).sum(-1) / n.clamp(min=1)  # [B]
+    worst = torch.where(m, lp, torch.full_like(lp, float("inf"))).amin(-1) if lp.numel() else mean  # [B]
+    return (n > 0) & ((mean < mean_floor) | (worst < token_floor))  # [B]
 
 
 def sequence_divergence(logp: Tensor, gen_logp: Tensor, mask: Tensor, estimator: str = "k3", reduce: str = "sum") -> Tensor:

@@ -48,6 +48,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
         self.policy_version = 0
+        self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
 
     def step(self, groups: list[Group], untrusted: list[bool] | None = None) -> dict[str, float]:
         """One optimizer step on all completions of `groups`; returns the loss stats. `untrusted`:
@@ -62,7 +63,7 @@ class Trainer:
         from_untrusted = torch.tensor(untrusted if untrusted is not None else [False] * len(rewards), dtype=torch.bool)  # [N]
         peer_negatives = float(((advantages < 0) & from_untrusted).float().mean()) if len(rewards) else 0.0
         advantages = teach_only(advantages, from_untrusted, self.cfg.loss.peer_negative_weight)  # [N]
-        floor = self._plausibility_floor(gen_logps, from_untrusted)
+        floors = self._plausibility_floors(gen_logps, from_untrusted)
         n_implausible = 0
         active = [i for i in range(len(completions)) if advantages[i] != 0 and len(completions[i]) > 0]
         total = len(completions)
@@ -78,8 +79,11 @@ class Trainer:
             for row, i in enumerate(idx):
                 gen[row, :len(gen_logps[i])] = torch.from_numpy(gen_logps[i].astype("float32"))
             adv = advantages[idx].to(logp.device)  # [b]
-            if floor is not None:  # an untrusted peer's positive must be plausible under our policy
-                drop = implausible(logp, mask, floor) & from_untrusted[idx].to(logp.device) & (adv > 0)  # [b]
+            peer = from_untrusted[idx].to(logp.device)  # [b]
+            if self.cfg.loss.peer_plausibility_margin is not None:  # an untrusted peer's claims carry no weight
+                gen = torch.where(peer[:, None], logp.detach(), gen)  # [b, T] its samples taken as on-policy
+            if floors is not None:  # an untrusted peer's positive must be plausible under our policy
+                drop = implausible(logp, mask, *floors) & peer & (adv > 0)  # [b]
                 n_implausible += int(drop.sum())
                 adv = torch.where(drop, torch.zeros_like(adv), adv)  # [b]
             loss, mb_stats = policy_loss(logp, gen, adv, mask, self.cfg.loss)
@@ -99,10 +103,15 @@ class Trainer:
                       M.TIME_TRAIN: time.perf_counter() - start})
         return stats
 
-    def _plausibility_floor(self, gen_logps: list, untrusted: torch.Tensor) -> float | None:
-        """q05 of the node's own samples' mean per-token log-prob minus the margin (None: no check)."""
+    def _plausibility_floors(self, gen_logps: list, untrusted: torch.Tensor) -> tuple[float, float] | None:
+        """(F_mean, F_token) of loss.implausible for this step, anchored at their first values
+        (None: no check, or no untrusted sample in the step)."""
         margin = self.cfg.loss.peer_plausibility_margin
-        own = [float(lp.mean()) for lp, u in zip(gen_logps, untrusted.tolist()) if not u and len(lp)]
-        if margin is None or not own or not bool(untrusted.any()):
+        own = [lp for lp, u in zip(gen_logps, untrusted.tolist()) if not u and len(lp)]
+        if margin is None or not own:
             return None
-        return float(np.percentile(own, 5)) - margin
+        floors = (float(np.percentile([lp.mean() for lp in own], 5)) - margin,
+                  float(np.percentile([lp.min() for lp in own], 5)) - margin)
+        self.first_floors = self.first_floors or floors  # what the node wrote before any peer taught it
+        floors = (max(floors[0], self.first_floors[0]), max(floors[1], self.first_floors[1]))
+        return floors if bool(untrusted.any()) else None

@@ -428,3 +428,13 @@ def test_implausible_flags_sequences_whose_mean_logprob_is_below_the_floor():
     assert implausible(logp, mask, -3.5).tolist() == [False, True, False, False]
     with pytest.raises(ValueError, match="peer_plausibility_margin"):
         LossConfig(peer_plausibility_margin=-1.0)
+
+
+def test_implausible_also_flags_one_token_below_the_token_floor():
+    from swarm_node.loss import implausible
+
+    logp = torch.tensor([[-0.1, -0.1, -0.1, -0.1, -9.0, -0.1, -0.1, -0.1, -0.1, -0.1]])  # mean -0.99: a needle
+    mask = torch.ones_like(logp)
+    assert implausible(logp, mask, -1.5).tolist() == [False]
+    assert implausible(logp, mask, -1.5, -6.0).tolist() == [True]
+    assert implausible(logp, mask, -1.5, -10.0).tolist() == [False]

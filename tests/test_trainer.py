@@ -1,6 +1,7 @@
 """Trainer: one step changes every trainable parameter (LoRA: only the adapter), uses the loss."""
 
 import numpy as np
+import pytest
 import torch
 
 from swarm_node.backend import Policy
@@ -118,9 +119,10 @@ def test_an_untrusted_peers_negatives_carry_no_gradient_unless_configured(arith)
     """loss.teach_only: the gradient of a batch whose untrusted completions are negatives equals the
     gradient of the batch without them (they still count in B); with peer_negative_weight = 1 (the
     paper's F-TIS) they do push. Own and trusted completions are never changed."""
-    def gradient(untrusted, weight, drop_negatives_of_untrusted=False):
+    def gradient(untrusted, weight, margin=None):
         cfg = NodeConfig()
         cfg.train.lr, cfg.train.max_grad_norm, cfg.loss.peer_negative_weight = 1e-3, 0.0, weight
+        cfg.loss.peer_plausibility_margin = margin
         policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
         trainer, grads = Trainer(policy, cfg), []
         trainer.optimizer.step = lambda: grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
@@ -131,11 +133,13 @@ def test_an_untrusted_peers_negatives_carry_no_gradient_unless_configured(arith)
     n = 8  # two groups of four: rewards 0, 1, 0, 1
     second_group_untrusted = [False] * 4 + [True] * 4
     dropped, stats = gradient(second_group_untrusted, 0.0)
-    paper, _ = gradient(second_group_untrusted, 1.0)
+    paper, _ = gradient(second_group_untrusted, 1.0)  # the paper's F-TIS: weight 1, no plausibility check
     trusted, _ = gradient(None, 0.0)
+    defaults, _ = gradient(second_group_untrusted, 0.0, 1.0)  # + plausibility (these samples are the node's own)
     assert stats["train/peer_negatives_frac"] == 2 / n
     assert torch.equal(paper, trusted)  # weight 1: exactly the paper's objective
     assert not torch.allclose(dropped, trusted, atol=1e-7)
+    assert torch.allclose(defaults, dropped, atol=1e-6)  # plausible positives; claims ~ on-policy anyway
 
     # the same batch with the untrusted negatives' advantage zeroed by hand (rewards cannot do that
     # alone: group advantages are computed before teach_only), built from the loss directly
@@ -167,3 +171,30 @@ def test_an_untrusted_peers_implausible_positives_teach_nothing(arith):
     assert step(second_untrusted, 1.0)["train/peer_implausible_frac"] == 2 / 8  # its two positives
     assert step(second_untrusted, None)["train/peer_implausible_frac"] == 0.0
     assert step(None, 1.0)["train/peer_implausible_frac"] == 0.0  # own / trusted: never checked
+
+
+def test_the_plausibility_bar_never_falls_below_the_first_steps():
+    """A ratchet: positives that just pass flatten the node, which lowers its own percentiles and so
+    the bar. The bar is anchored at the node's first step: a flatter node later keeps it."""
+    cfg = NodeConfig()
+    cfg.train.lr = 1e-3
+    policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
+    trainer = Trainer(policy, cfg)
+
+    def floors(own_logprob: float):
+        groups = _groups_with_signal(policy, arith_task())
+        for c in groups[0].completions:
+            c.logprobs = np.full(len(c.tokens), own_logprob, np.float32)
+        flags = torch.tensor([False] * 4 + [True] * 4)
+        return trainer._plausibility_floors([c.logprobs for g in groups for c in g.completions], flags)
+
+    first = floors(-0.2)
+    assert first == pytest.approx((-1.2, -1.2))
+    assert floors(-3.0) == first  # the node's samples got flatter: the bar stays
+    assert floors(-0.05) == pytest.approx((-1.05, -1.05))  # sharper: the bar rises
+
+
+def arith_task():
+    from swarm_node.tasks import load_task
+
+    return load_task("arith")
