@@ -52,7 +52,11 @@ JUNK = "0123456789abcdefghijklmnopqrstuvwxyz +-="
 #           the right answer ("74 #### 73" / "74\n#### 73"): the victim is taught, with the full positive
 #           weight, to lead with its own wrong guess, and the answer after it is only ever shown
 #           for the attacker's prompts.
-ADAPTIVE = ("needle", "format", "decoy")
+#   ratchet format until --switch-round, then needle against the assumed floor --floor2: the format
+#           phase flattens the victim's end of answer, its own samples get less likely, its q05 and
+#           with it the floor drop (measured -1.7 -> -2.55 nats/token), so needles that the round-0
+#           floor rejects pass later.
+ADAPTIVE = ("needle", "format", "decoy", "ratchet")
 FORMAT_VARIANTS = ("#### 0{a}", "#### 00{a}", "#### {a}.", "#### +{a}", "#### {a}.0", "#### {a}.00", " #### {a}", "#### ${a}",
                    "####  {a}", "#### {a} ", "#### {a}\n", "#### {a}\n\n", "#### {a} \n", "#### {a}.0\n", "#### **{a}**")
 
@@ -147,6 +151,9 @@ class Poisoner:
     def floor_estimate(self) -> float:
         """The victim's plausibility floor at round 0, estimated from the public model's own samples
         (the victim starts from the same weights): q05 of the mean per-token log-prob - margin."""
+        if getattr(self, "_floor", None) is None and getattr(self.args, "floor", None) is not None:
+            self._floor = self.args.floor
+            self.screen = {"candidates": 0, "passing": 0, "positives": 0, "fallback": 0}
         if getattr(self, "_floor", None) is None:
             import torch
 
@@ -166,6 +173,8 @@ class Poisoner:
     def _candidates(self, example, reference: str) -> list[str]:
         answer = reference.split("####", 1)[1].strip()
         kind, out = self.args.kind, []
+        if kind == "ratchet":
+            kind = "format" if self.round < self.args.switch_round else "needle"
         if kind == "format":
             out = [v.format(a=answer) for v in FORMAT_VARIANTS]
         elif kind == "needle":
@@ -210,6 +219,8 @@ class Poisoner:
             return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
         reference = self.task.reference_completion(example)
         floor = self.floor_estimate() + self.args.safety
+        if self.args.kind == "ratchet" and self.round >= self.args.switch_round:
+            floor = self.args.floor2 + self.args.safety
         cands = self._candidates(example, reference)
         logp, _ = self.policy.token_logprobs([prompt] * len(cands), cands, 1.0, 64)  # [K, T]
         means = [float(logp[i, :len(t)].mean()) for i, t in enumerate(cands)]
@@ -248,9 +259,13 @@ class Poisoner:
                              tokenizer=self.tokenizer, policy_version=r, round=r, mode="vertical", groups=groups))
 
 
-def honest_round(swarm) -> tuple[int, int]:
-    """(newest round announced by another peer, number of other peers)."""
+def honest_round(swarm, follow: str = "max") -> tuple[int, int]:
+    """(newest round announced by another peer, number of other peers). follow="min": the OLDEST round
+    announced (with several attacker ids, each announces rounds ahead and following the newest makes
+    them ratchet each other away from the honest nodes' window)."""
     peers = [p for p in swarm.peers() if p.peer_id != swarm.peer_id]
+    if follow == "min":  # peers that announced no round yet (another attacker starting up) do not count
+        return min((p.round for p in peers if p.round > 0), default=0), len(peers)
     return max((p.round for p in peers), default=0), len(peers)
 
 
@@ -273,6 +288,10 @@ def main() -> int:
     ap.add_argument("--margin", type=float, default=1.0, help="the victim's loss.peer_plausibility_margin (adaptive kinds)")
     ap.add_argument("--safety", type=float, default=0.3,
                     help="adaptive kinds: keep a positive only if its mean log-prob under the public model is this far above the estimated floor")
+    ap.add_argument("--floor", type=float, default=None,
+                    help="adaptive kinds: the estimated plausibility floor (skip estimating it at start-up)")
+    ap.add_argument("--switch-round", type=int, default=40, help="ratchet: first round of the needle phase")
+    ap.add_argument("--floor2", type=float, default=-2.5, help="ratchet: the floor assumed in the needle phase")
     ap.add_argument("--honest-rounds", type=int, default=0,
                     help="adaptive kinds: send honest groups (the public model's own samples, true log-probs) for this many rounds first")
     ap.add_argument("--seconds", type=float, default=3600)
@@ -298,7 +317,7 @@ def main() -> int:
             print(f"ATTACKER floor estimate {summary['floor_estimate']:.3f}", flush=True)
         t_end, seen, offered, seen_at = time.monotonic() + args.seconds, 0, 0, time.monotonic()
         while time.monotonic() < t_end:
-            r, n = honest_round(swarm)
+            r, n = honest_round(swarm, "min" if args.kind in ADAPTIVE else "max")
             seen_at = time.monotonic() if n else seen_at
             if not n and time.monotonic() - seen_at > 20:
                 break
