@@ -92,7 +92,7 @@ def main() -> int:
         path = Path(args.results)
         path.parent.mkdir(parents=True, exist_ok=True)
         allres = json.loads(path.read_text()) if path.exists() else []
-        allres.append(res)
+        (allres["runs"] if isinstance(allres, dict) else allres).append(res)
         path.write_text(json.dumps(allres, indent=1) + "\n")
         return 0
     finally:
