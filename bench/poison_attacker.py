@@ -36,6 +36,29 @@ import time
 import numpy as np
 
 JUNK = "0123456789abcdefghijklmnopqrstuvwxyz +-="
+# The adaptive kinds (red team, against peer_negative_weight = 0 + peer_plausibility_margin = 1):
+#   needle  each positive is a correct completion with a short off-format prefix before the marker
+#           ("k#### 73", "7 #### 73", "x\n#### 73", ...). Among random candidates it keeps the LEAST
+#           likely one whose mean per-token log-prob under the public model still clears the victim's
+#           floor (estimated from the public model's own samples: q05 - margin, plus --safety), so the
+#           prefix token(s) are as implausible as the mean allows: the short answer line (`####` is
+#           ~0 nats per token) dilutes them. 6 positives + 6 wrong completions per group (the largest
+#           total positive advantage), positives claim generator log-probs 5 nats below their own, so
+#           every token gets the full TIS weight C (no filter applies to A > 0).
+#   format  each positive is a correct completion in a form the reward accepts but the victim never
+#           writes ("#### 073", "#### 73.", "#### +73", "#### 73.0", " #### 73", "#### $73"), chosen
+#           the same way (least likely that passes); teaches a format shift with verified-correct data.
+#   decoy   each positive writes a WRONG number the victim itself finds likely before the marker, then
+#           the right answer ("74 #### 73" / "74\n#### 73"): the victim is taught, with the full positive
+#           weight, to lead with its own wrong guess, and the answer after it is only ever shown
+#           for the attacker's prompts.
+#   ratchet format until --switch-round, then needle against the assumed floor --floor2: the format
+#           phase flattens the victim's end of answer, its own samples get less likely, its q05 and
+#           with it the floor drop (measured -1.7 -> -2.55 nats/token), so needles that the round-0
+#           floor rejects pass later.
+ADAPTIVE = ("needle", "format", "decoy", "ratchet")
+FORMAT_VARIANTS = ("#### 0{a}", "#### 00{a}", "#### {a}.", "#### +{a}", "#### {a}.0", "#### {a}.00", " #### {a}", "#### ${a}",
+                   "####  {a}", "#### {a} ", "#### {a}\n", "#### {a}\n\n", "#### {a} \n", "#### {a}.0\n", "#### **{a}**")
 
 
 def divergence_delta(n_tokens: int, target: float, cap: float) -> float:
@@ -108,6 +131,8 @@ class Poisoner:
 
         if self.args.kind == "junk":
             return self.junk_group(example)
+        if self.args.kind in ADAPTIVE:
+            return self.adaptive_group(example)
         prompt = prompt_tokens(self.policy, self.task, example)
         reference = self.task.reference_completion(example)
         right = (self.policy.encode(reference) + [self.policy.eos_id])[:self.max_tokens]
@@ -122,12 +147,111 @@ class Poisoner:
                                           "length", 0.0))
         return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), completions)
 
+    # ---- adaptive kinds -------------------------------------------------------------------------
+    def floor_estimate(self) -> float:
+        """The victim's plausibility floor at round 0, estimated from the public model's own samples
+        (the victim starts from the same weights): q05 of the mean per-token log-prob - margin."""
+        if getattr(self, "_floor", None) is None and getattr(self.args, "floor", None) is not None:
+            self._floor = self.args.floor
+            self.screen = {"candidates": 0, "passing": 0, "positives": 0, "fallback": 0}
+        if getattr(self, "_floor", None) is None:
+            import torch
+
+            from swarm_node.rollout import prompt_tokens
+            from swarm_node.sampling.hf import HFSampler
+
+            examples = [self.task.split("train")[i] for i in range(16)]
+            prompts = [prompt_tokens(self.policy, self.task, ex) for ex in examples]
+            with torch.no_grad():
+                samples = HFSampler(self.policy).sample(prompts, self.args.group_size, self.max_tokens, 1.0, 1234)
+            means = [float(np.mean(s.logprobs)) for g in samples for s in g if len(s.logprobs)]
+            self._floor = float(np.percentile(means, 5)) - self.args.margin
+            self.screen = {"candidates": 0, "passing": 0, "positives": 0, "fallback": 0,
+                           "q05_own_estimate": float(np.percentile(means, 5))}
+        return self._floor
+
+    def _candidates(self, example, reference: str) -> list[str]:
+        answer = reference.split("####", 1)[1].strip()
+        kind, out = self.args.kind, []
+        if kind == "ratchet":
+            kind = "format" if self.round < self.args.switch_round else "needle"
+        if kind == "format":
+            out = [v.format(a=answer) for v in FORMAT_VARIANTS]
+        elif kind == "needle":
+            chars = JUNK[10:36] + "0123456789=+-*?."
+            for _ in range(48):
+                pre = "".join(self.rng.choice(chars) for _ in range(self.rng.randint(1, 2)))
+                out.append(pre + self.rng.choice(["", " ", "\n"]) + reference)
+        elif kind == "decoy":
+            n = int(answer)
+            for d in (-2, -1, 1, 2, -10, 10, 9, -9, 11, -11):
+                out += [f"{n + d}{sep}{reference}" for sep in (" ", "\n", "")]
+        keep = []
+        for text in out:
+            toks = (self.policy.encode(text) + [self.policy.eos_id])
+            if len(toks) <= self.max_tokens and self.task.reward(self.policy.decode(toks), example) == 1.0:
+                keep.append(toks)
+        return keep
+
+    def _wrong(self, example, reference: str, k: int) -> list[list[int]]:
+        """k short wrong answers of the victim's own form ("#### <n +- d>"), reward 0."""
+        answer = int(reference.split("####", 1)[1].strip())
+        out = []
+        for d in (1, -1, 2, -2, 10, -10, 3, -3, 11, -11, 5, -5):
+            toks = self.policy.encode(f"#### {answer + d}") + [self.policy.eos_id]
+            if len(toks) <= self.max_tokens and self.task.reward(self.policy.decode(toks), example) == 0.0:
+                out.append(toks)
+        return (out * k)[:k]
+
+    def adaptive_group(self, example):
+        import torch
+
+        from swarm_node.codec import Completion, Group
+        from swarm_node.rollout import prompt_tokens
+
+        prompt = prompt_tokens(self.policy, self.task, example)
+        G, half = self.args.group_size, self.args.group_size // 2
+        if self.round < self.args.honest_rounds:  # sleeper: the public model's own samples, honestly scored
+            from swarm_node.sampling.hf import HFSampler
+            samples = HFSampler(self.policy).sample([prompt], G, self.max_tokens, 1.0, self.rng.getrandbits(31))[0]
+            comps = [Completion(np.asarray(s.tokens, np.uint32), np.asarray(s.logprobs, np.float32), s.finish_reason,
+                                self.task.reward(self.policy.decode(s.tokens), example)) for s in samples]
+            return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
+        reference = self.task.reference_completion(example)
+        floor = self.floor_estimate() + self.args.safety
+        if self.args.kind == "ratchet" and self.round >= self.args.switch_round:
+            floor = self.args.floor2 + self.args.safety
+        cands = self._candidates(example, reference)
+        logp, _ = self.policy.token_logprobs([prompt] * len(cands), cands, 1.0, 64)  # [K, T]
+        means = [float(logp[i, :len(t)].mean()) for i, t in enumerate(cands)]
+        order = sorted(range(len(cands)), key=lambda i: means[i])  # least likely first
+        passing = [i for i in order if means[i] >= floor]
+        self.screen["candidates"] += len(cands)
+        self.screen["passing"] += len(passing)
+        if not passing:  # nothing clears the floor: the most likely candidate (counted)
+            passing = order[::-1][:1]
+            self.screen["fallback"] += 1
+        chosen = [passing[k % len(passing)] for k in range(half)]
+        self.screen["positives"] += len(chosen)
+        comps = []
+        for i in chosen:
+            t = cands[i]
+            claimed = (logp[i, :len(t)].double() - 5.0).clamp(min=-30).numpy().astype(np.float32)  # weight C on every token
+            comps.append(Completion(np.asarray(t, np.uint32), claimed, "stop", 1.0))
+        wrong = self._wrong(example, reference, G - half)
+        wlogp, _ = self.policy.token_logprobs([prompt] * len(wrong), wrong, 1.0, 64)
+        for i, t in enumerate(wrong):
+            comps.append(Completion(np.asarray(t, np.uint32), wlogp[i, :len(t)].double().clamp(max=0).numpy().astype(np.float32),
+                                    "stop", 0.0))
+        return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
+
     def packet(self, r: int) -> bytes:
         import torch
 
         from swarm_node.codec import Packet, encode
         from swarm_node.rollout import round_examples
 
+        self.round = r
         examples = round_examples(self.task, r, self.args.groups, f"poison/{self.args.seed}")
         with torch.no_grad():
             groups = [self.group(ex) for ex in examples]
@@ -135,9 +259,13 @@ class Poisoner:
                              tokenizer=self.tokenizer, policy_version=r, round=r, mode="vertical", groups=groups))
 
 
-def honest_round(swarm) -> tuple[int, int]:
-    """(newest round announced by another peer, number of other peers)."""
+def honest_round(swarm, follow: str = "max") -> tuple[int, int]:
+    """(newest round announced by another peer, number of other peers). follow="min": the OLDEST round
+    announced (with several attacker ids, each announces rounds ahead and following the newest makes
+    them ratchet each other away from the honest nodes' window)."""
     peers = [p for p in swarm.peers() if p.peer_id != swarm.peer_id]
+    if follow == "min":  # peers that announced no round yet (another attacker starting up) do not count
+        return min((p.round for p in peers if p.round > 0), default=0), len(peers)
     return max((p.round for p in peers), default=0), len(peers)
 
 
@@ -147,7 +275,7 @@ def main() -> int:
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--model", required=True, help="the public warm-started model directory")
     ap.add_argument("--task-options", default="{}")
-    ap.add_argument("--kind", choices=["forged", "junk"], default="forged",
+    ap.add_argument("--kind", choices=["forged", "junk", *ADAPTIVE], default="forged",
                     help="forged: one correct + G-1 wrong completions with forged log-probs (issue 18); "
                          "junk: junk-prefixed positives and junk-suffixed negatives (issue 26)")
     ap.add_argument("--group-size", type=int, default=12)
@@ -157,6 +285,15 @@ def main() -> int:
     ap.add_argument("--target-divergence", type=float, default=10.0)
     ap.add_argument("--ahead", type=int, default=3, help="rounds offered ahead of the honest peers (max_offers 4)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--margin", type=float, default=1.0, help="the victim's loss.peer_plausibility_margin (adaptive kinds)")
+    ap.add_argument("--safety", type=float, default=0.3,
+                    help="adaptive kinds: keep a positive only if its mean log-prob under the public model is this far above the estimated floor")
+    ap.add_argument("--floor", type=float, default=None,
+                    help="adaptive kinds: the estimated plausibility floor (skip estimating it at start-up)")
+    ap.add_argument("--switch-round", type=int, default=40, help="ratchet: first round of the needle phase")
+    ap.add_argument("--floor2", type=float, default=-2.5, help="ratchet: the floor assumed in the needle phase")
+    ap.add_argument("--honest-rounds", type=int, default=0,
+                    help="adaptive kinds: send honest groups (the public model's own samples, true log-probs) for this many rounds first")
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
@@ -175,9 +312,12 @@ def main() -> int:
         poisoner = Poisoner(args, swarm.peer_id)
         swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
         print(f"ATTACKER {swarm.peer_id}", flush=True)
+        if args.kind in ADAPTIVE:
+            summary["floor_estimate"] = poisoner.floor_estimate()
+            print(f"ATTACKER floor estimate {summary['floor_estimate']:.3f}", flush=True)
         t_end, seen, offered, seen_at = time.monotonic() + args.seconds, 0, 0, time.monotonic()
         while time.monotonic() < t_end:
-            r, n = honest_round(swarm)
+            r, n = honest_round(swarm, "min" if args.kind in ADAPTIVE else "max")
             seen_at = time.monotonic() if n else seen_at
             if not n and time.monotonic() - seen_at > 20:
                 break
@@ -192,6 +332,8 @@ def main() -> int:
                 summary["bytes"] += len(data)
                 offered = target
             print(f"round {r}: offered up to {offered}", flush=True)
+            if args.kind in ADAPTIVE:
+                summary["screen"] = poisoner.screen
     finally:
         if args.summary:
             with open(args.summary + ".tmp", "w") as f:

@@ -1,0 +1,105 @@
+"""Red team of the un-teaching defences (loss.peer_negative_weight = 0, loss.peer_plausibility_margin = 1,
+swarm.fair_wait_s = 2): tests/test_poisoning.py's `attacked_swarm` at the project defaults (tiny-s,
+16 prompts a round, lr 1e-4, G = 12, 800-step warm start, held-out n = 200) with an adaptive attacker
+kind of bench/poison_attacker.py.
+
+    PYTHONPATH=. SWARM_NODE_CACHE=/tmp/redteam-cache .venv/bin/python bench/redteam_poisoning.py --kind needle --rounds 80
+
+Prints V's and H's held-out pass@1 at round 0 and at the end, the means of train/peer_negatives_frac and
+train/peer_implausible_frac over V's steps, and the per-peer group counts of V's "trains on peer groups"
+log lines; appends the result to bench/results/redteam_poisoning.json.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from procs import Proc  # noqa: E402
+from test_poisoning import public_warm_start  # noqa: E402
+
+
+def node_args(rounds: int) -> list[str]:
+    return ["--model", "tiny-s", "--task", "arith", "--rounds", str(rounds), "--set", "train.warmstart_steps=800",
+            "--set", "task.eval_limit=200", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
+            "--set", "swarm.deadline_s=20", "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=10",
+            "--set", "swarm.alone_wait_s=null"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", required=True)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--attackers", type=int, default=1, help="attacker processes (distinct peer ids)")
+    ap.add_argument("--attacker-args", default="", help="extra arguments for poison_attacker.py")
+    ap.add_argument("--results", default=str(ROOT / "bench" / "results" / "redteam_poisoning.json"))
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{args.kind}-"))
+    run, model = f"redteam-{args.kind}", public_warm_start()
+    started, t0 = [], time.time()
+    try:
+        v = Proc.join([*node_args(args.rounds), "--run-id", run, "--set", "train.seed=0"], tmp / "victim"); started.append(v)
+        h = Proc.join([*node_args(args.rounds), "--run-id", run, "--set", "train.seed=1", "--peers", v.address()],
+                      tmp / "honest"); started.append(h)
+        evils = []
+        for k in range(args.attackers):
+            e = Proc([sys.executable, str(ROOT / "bench" / "poison_attacker.py"), "--kind", args.kind, "--peers", v.address(),
+                      "--run-id", run, "--model", model, "--groups", "16", "--seconds", "1500", "--seed", str(k),
+                      "--summary", str(tmp / f"attacker{k}.json"), *args.attacker_args.split()])
+            started.append(e); evils.append(e)
+        ids = [e.wait_line("ATTACKER ", 300).split()[1] for e in evils]
+        for node in (v, h):
+            assert node.wait(1500) == 0, node.text()
+        for e in evils:
+            e.proc.terminate()
+            e.wait(60)
+        v_rows, h_rows = v.rows(), h.rows()
+        summaries = [json.loads((tmp / f"attacker{k}.json").read_text()) for k in range(args.attackers)]
+        log = (tmp / "victim" / "node.log").read_text() if (tmp / "victim" / "node.log").exists() else ""
+        per_peer: collections.Counter = collections.Counter()
+        n_lines = 0
+        for m in re.finditer(r"round \d+ trains on peer groups (\{[^}]*\})", log):
+            n_lines += 1
+            for pid, n in re.findall(r"'?([\w]+)'?\s*:\s*(\d+)", m.group(1)):
+                per_peer[pid] += int(n)
+        label = {i: f"attacker{k}" for k, i in enumerate(ids)}
+        per_peer_named = {label.get(p, "honest"): n for p, n in per_peer.items()}
+        mean = lambda key: float(np.mean([r.get(key, 0.0) for r in v_rows[1:]]))  # noqa: E731
+        res = {"kind": args.kind, "attackers": args.attackers, "attacker_args": args.attacker_args, "rounds": args.rounds,
+               "victim": [v_rows[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]],
+               "honest": [h_rows[0]["eval/accuracy"], h_rows[-1]["eval/accuracy"]],
+               "victim_rounds": len(v_rows) - 1,
+               "peer_negatives_frac_mean": mean("train/peer_negatives_frac"),
+               "peer_implausible_frac_mean": mean("train/peer_implausible_frac"),
+               "peer_groups_used": int(sum(r.get("swarm/peer_groups_used", 0) for r in v_rows[1:])),
+               "trains_on_lines": n_lines, "groups_per_peer": per_peer_named,
+               "attacker_screen": [s.get("screen") for s in summaries],
+               "attacker_floor_estimate": [s.get("floor_estimate") for s in summaries],
+               "attacker_rounds_offered": [len(s["rounds"]) for s in summaries],
+               "wall_s": round(time.time() - t0, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        print(json.dumps(res, indent=1))
+        path = Path(args.results)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        allres = json.loads(path.read_text()) if path.exists() else []
+        (allres["runs"] if isinstance(allres, dict) else allres).append(res)
+        path.write_text(json.dumps(allres, indent=1) + "\n")
+        return 0
+    finally:
+        for p in started:
+            p.kill()
+        print("work dir:", tmp)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
