@@ -141,6 +141,8 @@ class Sim:
         for node in order:
             self.fill(node)
             neighbors = list(self.meshes[node].neighbors)
+            for peer in neighbors:  # every honest neighbour's packet arrives (fair arrival) and is accepted
+                self.meshes[node].credit(peer, self.now)
             for peer in self.rng.sample(neighbors, min(self.k, len(neighbors))):
                 self.uploads[peer] += 1  # fetches are the payload path: counted apart, not as discovery
 

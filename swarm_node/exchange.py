@@ -13,7 +13,9 @@
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness;
 horizontal mode only round r, since only then are the prompts the same. The transport delivers
 each digest at most once; a packet that claims another sender is not that peer's packet, so the
-(peer, digest) pair is distrusted and the real sender may still deliver it.
+(peer, digest) pair is distrusted and the real sender may still deliver it. A packet admitted (not an echo) is credited
+to the neighbour that delivered it (`Transport.credit`): the mesh keeps neighbours by what they
+delivered, never by what they say (issue 27).
 
 Echoes: a peer may re-sign our own packet (its id as sender, new created_at): new bytes, so the
 transport delivers it, and it would pass admission as that peer's data. The exchange remembers a
@@ -118,6 +120,7 @@ class Exchange:
                 packet = self._admit(item, admit, rejected)
                 if packet is not None:
                     accepted.append((item.peer_id, packet))
+                    self.transport.credit(item.peer_id)  # measured: this neighbour's slot is earned
                     packet_bytes_in += len(item.data)
             if not got.packets or time.monotonic() >= t_end:  # the transport expects nothing more in time
                 break

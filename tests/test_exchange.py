@@ -69,6 +69,9 @@ class ScriptedTransport:
     def distrust(self, peer, digest):
         pass
 
+    def credit(self, peer):
+        pass
+
     def stats(self):
         return {}
 

@@ -333,6 +333,9 @@ class FakeTransport:
     def distrust(self, peer, digest):
         self.distrusted.append((peer, digest))
 
+    def credit(self, peer):
+        pass
+
     def stats(self):
         return {}
 

@@ -104,6 +104,10 @@ class Transport(Protocol):
         """Never fetch `digest` from `peer_id` again, and let another peer deliver it (the bytes
         were not that peer's packet)."""
 
+    def credit(self, peer_id: str) -> None:
+        """`peer_id` delivered a packet the node accepted (not an echo): what the transport measured of
+        its neighbors keeps that one in the mesh (net/scores.py); a self-reported degree does not."""
+
     def peers(self) -> list[PeerInfo]:
         """The live peers of this run, as their records describe them."""
 

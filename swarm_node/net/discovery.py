@@ -25,7 +25,8 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarm_node.net import PeerInfo, SwarmError
-from swarm_node.net.announce import Mesh, MeshDriver, OldVersion, send_announcement, serve_announcement
+from swarm_node.net.announce import Mesh, send_announcement, serve_announcement
+from swarm_node.net.driver import MeshDriver, OldVersion
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
 from swarm_node.net.records import (

@@ -340,6 +340,13 @@ class HivemindTransport:
             self._delivery.distrust(peer_id, digest)
         self._run(apply(), 5.0)
 
+    def credit(self, peer_id: str) -> None:
+        """The node accepted a packet `peer_id` delivered: its mesh slot is earned (v2; nothing in v1)."""
+        async def apply():
+            if self._push is not None:
+                self._push.mesh.credit(peer_id, time.time())
+        self._run(apply(), 5.0)
+
     def peers(self) -> list[PeerInfo]:
         """This run's live peers as they announced themselves: our neighbors' latest announcements
         (v2), or the valid records under the run's DHT key (v1; [] if the lookup fails)."""
