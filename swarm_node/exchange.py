@@ -66,6 +66,7 @@ class Exchange:
         self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.own_groups: OrderedDict[str, int] = OrderedDict()  # fingerprint of a group we offered -> round
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
+        transport.measure()  # we credit accepted packets (collect): the mesh may replace neighbours that deliver none
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
         """Serve our groups of this round as a packet; returns its metrics."""

@@ -72,6 +72,9 @@ class ScriptedTransport:
     def credit(self, peer):
         pass
 
+    def measure(self):
+        pass
+
     def stats(self):
         return {}
 

@@ -31,6 +31,7 @@ class Swarm:
         self.v = Mesh("QmV", "r", 1, _params(), initial={"QmH": ADDR}, rng=random.Random(1))
         self.h = Mesh("QmH", "r", 1, _params(), initial={"QmV": ADDR}, rng=random.Random(2))
         self.meshes = {"QmV": self.v, "QmH": self.h}
+        self.v.measuring = self.h.measuring = True  # an exchange runs and credits accepted packets
         self.sybils_first = sybils_first
         self.tenure = {(m, s): 0 for m in self.meshes for s in SYBILS}  # consecutive rounds a Sybil held a slot it
         self.longest = 0  # dialled itself (inbound); one the node dialled (outbound) waits for a candidate
@@ -120,3 +121,41 @@ def test_inbound_peers_cannot_take_the_outbound_slots_and_degree_claims_buy_noth
     assert set(mesh.neighbors) == {SYBILS[0], "QmPicked"} and mesh.evict(4.0) == []
     mesh.learn([("QmCandidate", ADDR)])
     assert mesh.evict(4.0) == ["QmPicked"] and mesh.candidates(5, 4.0) == [("QmCandidate", ADDR)]
+
+
+def test_streams_over_a_peers_rate_are_refused_and_repeated_excess_graylists_it():
+    from swarm_node.net.scores import PeerLimiter, RateLimits
+
+    now, grayed = [0.0], []
+    lim = RateLimits(announce_rate=2.0, announce_burst=4.0, fetch_rate=10.0, fetch_burst=10.0, graylist_after=5,
+                     misbehaviour_window_s=10.0, graylist_s=60.0)
+    limiter = PeerLimiter(lim, clock=lambda: now[0], on_graylist=lambda p, s: grayed.append((p, s)))
+    assert [limiter.allow("QmA", "announce") for _ in range(6)] == [True] * 4 + [False] * 2  # the burst, then refused
+    assert all(limiter.allow("QmA", "fetch") for _ in range(10))  # another kind: its own bucket
+    assert limiter.allow("QmB", "announce")  # another peer: unaffected
+    now[0] += 0.5
+    assert limiter.allow("QmA", "announce") and not limiter.allow("QmA", "announce")  # refilled at 2/s
+    # an honest pace (2/s) is never refused, however long
+    for _ in range(40):
+        now[0] += 0.5
+        assert limiter.allow("QmB", "announce")
+    # misbehaviour older than the window is forgotten: 3 strikes so far for QmA, 2 more graylist it
+    assert not grayed and limiter.over_rate == 3
+    now[0] += 20.0  # the old strikes expire
+    for _ in range(4):
+        limiter.allow("QmA", "announce")  # the burst again
+    assert [limiter.allow("QmA", "announce") for _ in range(5)] == [False] * 5
+    assert grayed == [("QmA", 60.0)] and limiter.graylisted("QmA") and limiter.graylisted_total == 1
+    now[0] += 30.0
+    assert not limiter.allow("QmA", "announce") and not limiter.allow("QmA", "fetch")  # ignored, every kind
+    assert limiter.allow("QmB", "announce")
+    now[0] += 31.0
+    assert limiter.allow("QmA", "announce") and not limiter.graylisted("QmA")  # after graylist_s
+
+
+def test_a_graylisted_neighbour_is_dropped_refused_and_not_dialled():
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    assert mesh.receive("QmA", _ann(), 1.0)["status"] == "ok"
+    mesh.graylist("QmA", 100.0)
+    assert "QmA" not in mesh.neighbors and mesh.receive("QmA", _ann(), 50.0)["status"] == "full"
+    assert mesh.candidates(5, 50.0) == [] and mesh.candidates(5, 100.0) == [("QmA", ADDR)]

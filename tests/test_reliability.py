@@ -336,6 +336,9 @@ class FakeTransport:
     def credit(self, peer):
         pass
 
+    def measure(self):
+        pass
+
     def stats(self):
         return {}
 

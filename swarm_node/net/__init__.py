@@ -104,6 +104,10 @@ class Transport(Protocol):
         """Never fetch `digest` from `peer_id` again, and let another peer deliver it (the bytes
         were not that peer's packet)."""
 
+    def measure(self) -> None:
+        """The node credits every packet it accepts from now on (`credit`): only then may a neighbor
+        that delivers nothing lose its slot (a transport used without an exchange idles nobody)."""
+
     def credit(self, peer_id: str) -> None:
         """`peer_id` delivered a packet the node accepted (not an echo): what the transport measured of
         its neighbors keeps that one in the mesh (net/scores.py); a self-reported degree does not."""

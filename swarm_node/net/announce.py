@@ -109,6 +109,7 @@ class Mesh:
         self.refused: Counter[str] = Counter()  # announcements refused, by reason
         self.old_version: set[str] = set()  # peers that do not speak discovery v2
         self.round = 0  # our newest round (set_own): the clock of neighbor scores
+        self.measuring = False  # packets are credited (an exchange runs): only then is a neighbor ever idle
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
         self._counted: set[tuple[str, str]] = set()
@@ -291,6 +292,7 @@ class Mesh:
 
     def credit(self, peer: str, now: float) -> None:
         """`peer` delivered a packet first that the node accepted (not an echo): its slot is earned."""
+        self.measuring = True
         n = self.neighbors.get(peer)
         if n is not None:
             n.score.credits += 1
@@ -299,6 +301,8 @@ class Mesh:
     def idle(self, now: float) -> list[str]:
         """Neighbors that delivered nothing for idle_rounds of our rounds (and idle_s), the longest idle first."""
         p = self.params
+        if not self.measuring:
+            return []
         idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, p.idle_rounds, p.idle_s)]
         return sorted(idle, key=lambda q: (max(self.neighbors[q].score.since_round, self.neighbors[q].score.credited_round),
                                            self.neighbors[q].score.credits))
@@ -348,6 +352,12 @@ class Mesh:
             self.benched = {p: t for p, t in self.benched.items() if t > now}
         if len(self.evictions) > 4 * MAX_KNOWN:
             self.evictions.clear()
+
+    def graylist(self, peer: str, until: float) -> None:
+        """`peer` misbehaved (streams over its rate): drop it, refuse it and do not dial it until `until`."""
+        self.drop(peer)
+        self.benched[peer] = max(self.benched.get(peer, 0.0), until)
+        self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def scores(self) -> dict[str, dict]:
         """What we measured of each neighbor: outbound, credits, rounds_idle (for `peers --verbose`, metrics)."""

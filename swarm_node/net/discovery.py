@@ -33,6 +33,7 @@ from swarm_node.net.records import (
     ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES, MEMBER_BUCKETS, Member, RecordError,
     make_member_record, member_bucket, member_key, parse_member_record, parse_record, record_key,
 )
+from swarm_node.net.scores import PeerLimiter, TokenBucket
 
 logger = logging.getLogger(__name__)
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
@@ -46,22 +47,6 @@ MAX_VERDICTS = 8192  # signature verdicts remembered (the newest), so a replayed
 VERIFY_RATE, VERIFY_BURST = 100.0, 200.0
 OWNER_VERIFY_RATE, OWNER_VERIFY_BURST = 0.5, 8.0
 MAX_OWNER_BUDGETS = 4096  # owner keys whose budget is remembered (the most recent)
-
-
-class TokenBucket:
-    """`rate` tokens a second up to `burst`; `take()` spends one if there is one."""
-
-    def __init__(self, rate: float, burst: float):
-        self.rate, self.burst = rate, burst
-        self.tokens, self.t = burst, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens, self.t = min(self.burst, self.tokens + (now - self.t) * self.rate), now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
 
 
 def check_member_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
@@ -279,8 +264,10 @@ class PushDiscovery:
     `MeshDriver`) over `ANNOUNCE_PROTOCOL` streams, plus our membership record. Runs on the
     transport's loop; `stats` gets announces_* and member_* counters."""
 
-    def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int]):
+    def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int],
+                 limiter: PeerLimiter | None = None):
         self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
+        self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
         self.driver = MeshDriver(mesh, self.contact, members.read)
         self.serving: set[str] = set()  # peers whose announcement we are answering now
         self.addrs: list[str] = []
@@ -339,8 +326,13 @@ class PushDiscovery:
             raise
 
     async def serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer one announcement; one stream per peer at a time, MAX_CONCURRENT_ANNOUNCES in all."""
+        """Answer one announcement; one stream per peer at a time, MAX_CONCURRENT_ANNOUNCES in all, and
+        within the peer's rate (`scores.PeerLimiter`): any other is closed before anything is read."""
         peer = str(info.peer_id)
+        if not self.limiter.allow(peer, "announce"):
+            self.stats["streams_over_rate"] += 1
+            writer.close()
+            return
         if peer in self.serving or len(self.serving) >= MAX_CONCURRENT_ANNOUNCES:
             writer.close()
             return

@@ -57,6 +57,7 @@ from swarm_node.net.records import (
     FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
     STATUS_NOT_FOUND, is_digest, make_record,
 )
+from swarm_node.net.scores import PeerLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ STAT_KEYS = (
     "fetch_not_found", "fetch_busy", "fetch_oversize", "digest_mismatches", "records_rejected",
     "records_published", "publish_failures", "bootstrap_attempts", "serve_not_found", "serve_errors",
     "announces_sent", "announces_received", "announce_bytes_out", "announce_bytes_in", "announces_refused",
-    "announce_failures", "members_published", "member_reads",
+    "announce_failures", "members_published", "member_reads", "streams_over_rate", "peers_graylisted",
 )
 FAILURE_STATS = {TIMEOUT: "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found", STATUS_BUSY: "fetch_busy",
                  OVERSIZE: "fetch_oversize", MISMATCH: "digest_mismatches"}
@@ -104,6 +105,7 @@ class HivemindTransport:
         self.produces = produces  # False: announce that we offer no packets (relay, light client)
         self.manifest = manifest  # digest of our run manifest, announced; set before start (set_manifest)
         self._require_manifest = False  # refuse peers announcing no manifest (prompts by reference)
+        self._measure = False  # accepted packets are credited (measure()): idle neighbors may lose their slot
         self.discovery = discovery or getattr(cfg, "discovery", "push")
         if self.discovery not in DISCOVERY_MODES:
             raise SwarmError(f"swarm.discovery must be one of {'|'.join(DISCOVERY_MODES)}, got {self.discovery!r}")
@@ -113,6 +115,7 @@ class HivemindTransport:
         self._offers = Offers(cfg.max_offers)  # the packets we serve
         self._round = self._policy_version = 0
         self._delivery = Delivery()
+        self._limiter = PeerLimiter(on_graylist=self._on_graylist)  # per-peer stream rates (net/scores.py)
         self._loop: LoopThread | None = None
         self._p2p: P2P | None = None
         self._dht: DHTNode | None = None
@@ -164,8 +167,7 @@ class HivemindTransport:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
         self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats)
         for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
-            await self._p2p.add_binary_stream_handler(
-                proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
+            await self._p2p.add_binary_stream_handler(proto, self._serve_fetch)
         await self._p2p.add_binary_stream_handler(
             DIALBACK_PROTOCOL, lambda info, reader, writer: self._dialback_server.handle(
                 str(info.peer_id), str(info.addr), reader, writer))
@@ -203,8 +205,8 @@ class HivemindTransport:
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
         mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest)
-        mesh.require_manifest = self._require_manifest
-        self._push = PushDiscovery(self._p2p, mesh, members, self._stats)
+        mesh.require_manifest, mesh.measuring = self._require_manifest, self._measure
+        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter)
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
 
@@ -340,6 +342,12 @@ class HivemindTransport:
             self._delivery.distrust(peer_id, digest)
         self._run(apply(), 5.0)
 
+    def measure(self) -> None:
+        """From now on accepted packets are credited (an exchange runs): idle neighbors may lose their slot."""
+        self._measure = True
+        if self._push is not None:
+            self._push.mesh.measuring = True  # a bool, read on the loop thread
+
     def credit(self, peer_id: str) -> None:
         """The node accepted a packet `peer_id` delivered: its mesh slot is earned (v2; nothing in v1)."""
         async def apply():
@@ -450,6 +458,20 @@ class HivemindTransport:
             await self._astore_record()
 
     # ---- fetch ----------------------------------------------------------------------------------------
+    async def _serve_fetch(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A peer's fetch stream: served within its rate, else closed before anything is read."""
+        if not self._limiter.allow(str(info.peer_id), "fetch"):
+            self._stats["streams_over_rate"] += 1
+            writer.close()
+            return
+        await self._server.handle(reader, writer, info.peer_id)
+
+    def _on_graylist(self, peer: str, seconds: float) -> None:
+        """A peer over its stream rates too often: ignored for `seconds` (the mesh drops and benches it)."""
+        self._stats["peers_graylisted"] += 1
+        if self._push is not None:
+            self._push.mesh.graylist(peer, time.time() + seconds)
+
     async def _afetch(self, peer_id: str, digest: str, timeout: float,
                       max_bytes: int | None = None) -> tuple[bytes | None, str]:
         """(data, "ok") or (None, reason); the bytes come from `peer_id` over an authenticated stream.

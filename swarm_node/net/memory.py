@@ -186,6 +186,10 @@ class MemoryTransport:
     def distrust(self, peer_id: str, digest: str) -> None:
         self._delivery.distrust(peer_id, digest)
 
+    def measure(self) -> None:
+        with self.network.lock:
+            self._mesh.measuring = True
+
     def credit(self, peer_id: str) -> None:
         with self.network.lock:
             self._mesh.credit(peer_id, time.time())
