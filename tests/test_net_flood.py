@@ -46,17 +46,17 @@ async def flood(p2p, target: str, announcement: dict, counts: dict) -> None:
 def test_an_id_flooding_announce_streams_is_graylisted_and_rounds_go_on():
     run = "flood"
     v = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0), "m", "tok")
+    v.measure()  # as the exchange does: accepted packets are credited
     v.start()
     h = attacker = None
     try:
         h = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0, peers=v.join_addrs()),
                               "m", "tok")
+        h.measure()
         h.start()
         attacker = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, peers=v.join_addrs()), "m", "tok",
                                      discovery="dht-key")
         attacker.start()
-        for n in (v, h):
-            n.measure()
         announcement = {"run_id": run, "seq": 1, "degree": 0, "model_id": "m", "tokenizer": "tok",
                         "protocol": v.protocol, "round": 1, "policy_version": 1, "offers": [], "addrs": [], "peers": []}
         counts = {"opened": 0, "answered": 0, "closed": 0}
@@ -86,6 +86,8 @@ def test_an_id_flooding_announce_streams_is_graylisted_and_rounds_go_on():
               f"{r} rounds, wait p50 {sorted(waits)[len(waits) // 2]:.3f} s max {max(waits):.3f} s")
         assert t_gray is not None and t_gray <= 5.0
         assert stats["peers_graylisted"] == 1 and attacker.peer_id not in {p.peer_id for p in v.peers()}
+        # H kept; the flooder's first (valid) announcements made it a neighbour, the graylist evicted it
+        assert stats["mesh_credited"] == 1 and stats["neighbors_evicted"] <= 1 and h.peer_id in {p.peer_id for p in v.peers()}
         assert counts["answered"] < 100 and r >= 5 and max(waits) < 3.0
     finally:
         for n in (v, h, attacker):

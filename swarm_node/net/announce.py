@@ -112,6 +112,7 @@ class Mesh:
         self.measuring = False  # packets are credited (an exchange runs): only then is a neighbor ever idle
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
+        self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
         self._counted: set[tuple[str, str]] = set()
 
     # ---- our side ---------------------------------------------------------------------------------------
@@ -345,6 +346,7 @@ class Mesh:
     def _bench(self, peer: str, now: float) -> None:
         """Drop `peer` and refuse it for IDLE_BENCH_S, doubling with each eviction up to MAX_IDLE_BENCH_S."""
         self.drop(peer)
+        self.evicted_total += 1
         self.evictions[peer] += 1
         self.benched[peer] = now + min(MAX_IDLE_BENCH_S, IDLE_BENCH_S * 2 ** (self.evictions[peer] - 1))
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
@@ -355,13 +357,14 @@ class Mesh:
 
     def graylist(self, peer: str, until: float) -> None:
         """`peer` misbehaved (streams over its rate): drop it, refuse it and do not dial it until `until`."""
+        self.evicted_total += peer in self.neighbors
         self.drop(peer)
         self.benched[peer] = max(self.benched.get(peer, 0.0), until)
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def scores(self) -> dict[str, dict]:
-        """What we measured of each neighbor: outbound, credits, rounds_idle (for `peers --verbose`, metrics)."""
-        return {p: n.score.as_dict(self.round) for p, n in self.neighbors.items()}
+        """What we measured of each neighbor: outbound, credits, rounds_idle (metrics, tools)."""
+        return {p: n.score.as_dict(self.round) for p, n in list(self.neighbors.items())}
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
         """Up to n peers to dial, at random among those known; initial peers first while we have no

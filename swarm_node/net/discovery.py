@@ -268,6 +268,7 @@ class PushDiscovery:
                  limiter: PeerLimiter | None = None):
         self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
+        self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds)
         self.driver = MeshDriver(mesh, self.contact, members.read)
         self.serving: set[str] = set()  # peers whose announcement we are answering now
         self.addrs: list[str] = []
@@ -329,8 +330,7 @@ class PushDiscovery:
         """Answer one announcement; one stream per peer at a time, MAX_CONCURRENT_ANNOUNCES in all, and
         within the peer's rate (`scores.PeerLimiter`): any other is closed before anything is read."""
         peer = str(info.peer_id)
-        if not self.limiter.allow(peer, "announce"):
-            self.stats["streams_over_rate"] += 1
+        if not self.limiter.allow(peer, "announce"):  # counted by the limiter (over_rate)
             writer.close()
             return
         if peer in self.serving or len(self.serving) >= MAX_CONCURRENT_ANNOUNCES:
@@ -348,6 +348,14 @@ class PushDiscovery:
             self.stats["announces_refused"] += self.mesh.refused.total() - refused
             self.serving.discard(peer)
             writer.close()
+
+    def gauges(self) -> dict[str, int]:
+        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately;
+        plain ints and a copy: safe to read from another thread."""
+        scores = list(self.mesh.scores().values())
+        return {"neighbors_evicted": self.mesh.evicted_total, "mesh_outbound": sum(s["outbound"] for s in scores),
+                "mesh_credited": sum(s["credits"] > 0 and s["rounds_idle"] < self.mesh.params.idle_rounds
+                                     for s in scores)}
 
     def _count(self, sent: int, received: int, what: str) -> None:
         self.stats[what] += 1

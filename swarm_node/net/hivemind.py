@@ -76,8 +76,8 @@ STAT_KEYS = (
     "fetch_not_found", "fetch_busy", "fetch_oversize", "digest_mismatches", "records_rejected",
     "records_published", "publish_failures", "bootstrap_attempts", "serve_not_found", "serve_errors",
     "announces_sent", "announces_received", "announce_bytes_out", "announce_bytes_in", "announces_refused",
-    "announce_failures", "members_published", "member_reads", "streams_over_rate", "peers_graylisted",
-)
+    "announce_failures", "members_published", "member_reads",
+)  # and from stats(): streams_over_rate, peers_graylisted (PeerLimiter); v2 mesh gauges (PushDiscovery.gauges)
 FAILURE_STATS = {TIMEOUT: "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found", STATUS_BUSY: "fetch_busy",
                  OVERSIZE: "fetch_oversize", MISMATCH: "digest_mismatches"}
 
@@ -105,7 +105,7 @@ class HivemindTransport:
         self.produces = produces  # False: announce that we offer no packets (relay, light client)
         self.manifest = manifest  # digest of our run manifest, announced; set before start (set_manifest)
         self._require_manifest = False  # refuse peers announcing no manifest (prompts by reference)
-        self._measure = False  # accepted packets are credited (measure()): idle neighbors may lose their slot
+        self._measure = False  # accepted packets are credited (measure(), before start): idle neighbors may go
         self.discovery = discovery or getattr(cfg, "discovery", "push")
         if self.discovery not in DISCOVERY_MODES:
             raise SwarmError(f"swarm.discovery must be one of {'|'.join(DISCOVERY_MODES)}, got {self.discovery!r}")
@@ -115,7 +115,7 @@ class HivemindTransport:
         self._offers = Offers(cfg.max_offers)  # the packets we serve
         self._round = self._policy_version = 0
         self._delivery = Delivery()
-        self._limiter = PeerLimiter(on_graylist=self._on_graylist)  # per-peer stream rates (net/scores.py)
+        self._limiter = PeerLimiter()  # per-peer stream rates and graylist (net/scores.py)
         self._loop: LoopThread | None = None
         self._p2p: P2P | None = None
         self._dht: DHTNode | None = None
@@ -165,9 +165,10 @@ class HivemindTransport:
         self._p2pd_pid = p2pd_pid(self._p2p)
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
-        self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats)
+        self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats, rates=self._limiter)
         for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
-            await self._p2p.add_binary_stream_handler(proto, self._serve_fetch)
+            await self._p2p.add_binary_stream_handler(
+                proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
         await self._p2p.add_binary_stream_handler(
             DIALBACK_PROTOCOL, lambda info, reader, writer: self._dialback_server.handle(
                 str(info.peer_id), str(info.addr), reader, writer))
@@ -342,17 +343,12 @@ class HivemindTransport:
             self._delivery.distrust(peer_id, digest)
         self._run(apply(), 5.0)
 
-    def measure(self) -> None:
-        """From now on accepted packets are credited (an exchange runs): idle neighbors may lose their slot."""
-        self._measure = True
-        if self._push is not None:
-            self._push.mesh.measuring = True  # a bool, read on the loop thread
+    def measure(self) -> None:  # accepted packets are credited from now on: idle neighbors may lose their slot
+        self._measure = True  # read when the mesh is made (start); Exchange calls this before
 
     def credit(self, peer_id: str) -> None:
-        """The node accepted a packet `peer_id` delivered: its mesh slot is earned (v2; nothing in v1)."""
-        async def apply():
-            if self._push is not None:
-                self._push.mesh.credit(peer_id, time.time())
+        async def apply():  # v2: the neighbor's slot is earned
+            return self._push is not None and self._push.mesh.credit(peer_id, time.time())
         self._run(apply(), 5.0)
 
     def peers(self) -> list[PeerInfo]:
@@ -367,7 +363,8 @@ class HivemindTransport:
         return data
 
     def stats(self) -> dict[str, int]:
-        return dict(self._stats)
+        rates = {"streams_over_rate": self._limiter.over_rate, "peers_graylisted": self._limiter.graylisted_total}
+        return {**self._stats, **rates, **(self._push.gauges() if self._push is not None else {})}
 
     # ---- raw streams, for tools (the conformance probe, net/probe.py) -----------------------------------
     async def aopen_stream(self, peer_id: str, protos: tuple[str, ...]) -> tuple[str, asyncio.StreamReader,
@@ -458,20 +455,6 @@ class HivemindTransport:
             await self._astore_record()
 
     # ---- fetch ----------------------------------------------------------------------------------------
-    async def _serve_fetch(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """A peer's fetch stream: served within its rate, else closed before anything is read."""
-        if not self._limiter.allow(str(info.peer_id), "fetch"):
-            self._stats["streams_over_rate"] += 1
-            writer.close()
-            return
-        await self._server.handle(reader, writer, info.peer_id)
-
-    def _on_graylist(self, peer: str, seconds: float) -> None:
-        """A peer over its stream rates too often: ignored for `seconds` (the mesh drops and benches it)."""
-        self._stats["peers_graylisted"] += 1
-        if self._push is not None:
-            self._push.mesh.graylist(peer, time.time() + seconds)
-
     async def _afetch(self, peer_id: str, digest: str, timeout: float,
                       max_bytes: int | None = None) -> tuple[bytes | None, str]:
         """(data, "ok") or (None, reason); the bytes come from `peer_id` over an authenticated stream.
