@@ -98,7 +98,8 @@ class Sim:
 
     def fill(self, node: str) -> None:
         mesh = self.meshes[node]
-        mesh.prune()
+        mesh.prune(self.now)
+        mesh.evict(self.now)
         tried = 0
         while mesh.short() and tried < 4 * self.params.degree:
             found = mesh.candidates(1, self.now)
