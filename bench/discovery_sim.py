@@ -98,7 +98,8 @@ class Sim:
 
     def fill(self, node: str) -> None:
         mesh = self.meshes[node]
-        mesh.prune()
+        mesh.prune(self.now)
+        mesh.evict(self.now)
         tried = 0
         while mesh.short() and tried < 4 * self.params.degree:
             found = mesh.candidates(1, self.now)
@@ -141,6 +142,8 @@ class Sim:
         for node in order:
             self.fill(node)
             neighbors = list(self.meshes[node].neighbors)
+            for peer in neighbors:  # every honest neighbour's packet arrives (fair arrival) and is accepted
+                self.meshes[node].credit(peer, self.now)
             for peer in self.rng.sample(neighbors, min(self.k, len(neighbors))):
                 self.uploads[peer] += 1  # fetches are the payload path: counted apart, not as discovery
 

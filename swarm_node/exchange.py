@@ -13,7 +13,9 @@
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness;
 horizontal mode only round r, since only then are the prompts the same. The transport delivers
 each digest at most once; a packet that claims another sender is not that peer's packet, so the
-(peer, digest) pair is distrusted and the real sender may still deliver it.
+(peer, digest) pair is distrusted and the real sender may still deliver it. A packet admitted (not an echo) is credited
+to the neighbour that delivered it (`Transport.credit`): the mesh keeps neighbours by what they
+delivered, never by what they say (issue 27).
 
 Echoes: a peer may re-sign our own packet (its id as sender, new created_at): new bytes, so the
 transport delivers it, and it would pass admission as that peer's data. The exchange remembers a
@@ -64,6 +66,7 @@ class Exchange:
         self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.own_groups: OrderedDict[str, int] = OrderedDict()  # fingerprint of a group we offered -> round
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
+        transport.measure()  # we credit accepted packets (collect): the mesh may replace neighbours that deliver none
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
         """Serve our groups of this round as a packet; returns its metrics."""
@@ -118,6 +121,7 @@ class Exchange:
                 packet = self._admit(item, admit, rejected)
                 if packet is not None:
                     accepted.append((item.peer_id, packet))
+                    self.transport.credit(item.peer_id)  # measured: this neighbour's slot is earned
                     packet_bytes_in += len(item.data)
             if not got.packets or time.monotonic() >= t_end:  # the transport expects nothing more in time
                 break
@@ -131,6 +135,12 @@ class Exchange:
                  M.FETCH_RESUMES: after.get("fetch_resumes", 0) - before.get("fetch_resumes", 0),
                  M.TOKENS_IN: count_tokens(groups_in), M.COMPLETIONS_IN: sum(len(g.completions) for g in groups_in),
                  M.TIME_EXCHANGE: time.perf_counter() - start}
+        for key, stat in ((M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
+                          (M.PEERS_GRAYLISTED, "peers_graylisted")):
+            stats[key] = after.get(stat, 0) - before.get(stat, 0)
+        for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited")):
+            if stat in after:
+                stats[key] = after[stat]
         stats.update({f"{M.REJECTED_PREFIX}{reason}": n for reason, n in rejected.items()})
         return accepted, stats
 

@@ -39,6 +39,11 @@ PACKET_BYTES_IN, PACKET_BYTES_OUT = "swarm/packet_bytes_in", "swarm/packet_bytes
 TOKENS_IN, TOKENS_OUT, COMPLETIONS_IN = "swarm/tokens_in", "swarm/tokens_out", "swarm/completions_in"
 REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_timeouts"
 FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream after a cut (relay budgets)
+NEIGHBORS_EVICTED = "swarm/neighbors_evicted"  # neighbours that lost their slot: idle (delivered nothing) or graylisted
+STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread: their peer was over its rate
+PEERS_GRAYLISTED = "swarm/peers_graylisted"  # peers ignored for a while: over their stream rate too often
+MESH_OUTBOUND, MESH_CREDITED = "swarm/mesh_outbound", "swarm/mesh_credited"  # neighbours we dialled; that
+#   delivered an accepted packet within idle_rounds (net/scores.py), at the round's end
 REJECTED_PREFIX = "swarm/rejected/"  # + reason
 PEER_PREFIX = "peer/"  # group statistics of the peer groups used, e.g. peer/reward/mean
 

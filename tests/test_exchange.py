@@ -69,6 +69,12 @@ class ScriptedTransport:
     def distrust(self, peer, digest):
         pass
 
+    def credit(self, peer):
+        pass
+
+    def measure(self):
+        pass
+
     def stats(self):
         return {}
 

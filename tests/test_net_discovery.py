@@ -16,9 +16,8 @@ import pytest
 
 from swarm_node.codec import digest as packet_digest
 from swarm_node.net import SwarmError
-from swarm_node.net.announce import (
-    ISOLATED_RETRY_S, MAX_RETRY_S, Mesh, MeshDriver, MeshParams, OldVersion, fanout,
-)
+from swarm_node.net.announce import ISOLATED_RETRY_S, MAX_RETRY_S, Mesh, MeshParams, fanout
+from swarm_node.net.driver import MeshDriver, OldVersion
 from swarm_node.net.discovery import MEMBER_TARGET, MemberDirectory, RecordValidator, parse_initial_peers, write_probability
 from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
 from swarm_node.net.identity import load_or_create_identity, peer_id_of
@@ -421,7 +420,7 @@ def test_signature_checks_of_new_records_are_budgeted_per_owner_and_in_all(monke
 def test_pushes_to_a_neighbor_are_rate_limited_and_coalesced():
     """Issue 28: a node whose rounds raced pushed ~10 announcements per second to its neighbor. Pushes
     to one neighbor are at least MIN_PUSH_INTERVAL_S apart; the last one carries the newest state."""
-    from swarm_node.net.announce import MIN_PUSH_INTERVAL_S
+    from swarm_node.net.driver import MIN_PUSH_INTERVAL_S
 
     mesh = Mesh("QmMe", "r", 1, PARAMS)
     assert mesh.receive("QmPeer", _ann(), time.time())["status"] == "ok"

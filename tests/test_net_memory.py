@@ -104,9 +104,12 @@ def test_each_node_keeps_a_bounded_set_of_neighbors_and_still_gets_min_peers_eve
         for node in nodes:
             got = node.collect(r, r, min_peers=1, deadline_s=1.0)
             assert 1 <= len(got.packets) <= 6 and 1 <= got.peers <= 6
-    degrees = [len(n.peers()) for n in nodes]  # over-connected pairs dropped their links down to about 4
-    assert min(degrees) >= 2 and max(degrees) <= 6 and 3.5 <= sum(degrees) / len(degrees) <= 5, degrees
-    assert all(n.stats()["announces_sent"] <= 3 * 7 + 7 for n in nodes)  # pushes to <= 6 neighbors per round, + joins
+    # at most D + 2: announced degrees no longer balance links (a liar says 0, issue 27), and a
+    # neighbour that delivers keeps its slot, so nodes may sit at D + 2
+    degrees = [len(n.peers()) for n in nodes]
+    assert min(degrees) >= 2 and max(degrees) <= 6 and 3.5 <= sum(degrees) / len(degrees) <= 6, degrees
+    sent = [n.stats()["announces_sent"] for n in nodes]
+    assert max(sent) <= 3 * 7 + 14, sent  # pushes to <= 6 neighbors per round, + joins and own dials (D_out)
     # a neighbor that leaves is replaced: the next push fails and the node dials another member
     gone = nodes[0].peers()[0].peer_id
     next(n for n in nodes if n.peer_id == gone).close()

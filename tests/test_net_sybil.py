@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from swarm_node.config import SwarmConfig
-from swarm_node.net.announce import MeshDriver
+from swarm_node.net.driver import MeshDriver
 from swarm_node.net.hivemind import HivemindTransport
 from swarm_node.net.hivemind_internals import open_stream, wrap_rsa_key
 from swarm_node.net.identity import peer_id_of

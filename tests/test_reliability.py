@@ -333,6 +333,12 @@ class FakeTransport:
     def distrust(self, peer, digest):
         self.distrusted.append((peer, digest))
 
+    def credit(self, peer):
+        pass
+
+    def measure(self):
+        pass
+
     def stats(self):
         return {}
 

@@ -9,6 +9,9 @@
     loop.py          a private event loop on a thread, and bounded (cancelling) calls into it
     announce.py      discovery v2: a bounded-degree mesh of neighbors that push their offers to
                      each other (no hivemind; shared by the libp2p and in-memory transports)
+    driver.py        MeshDriver: the mesh's background work on an event loop (push, keepalive, dial, prune)
+    scores.py        what a node measured of its neighbours (credits, outbound, idle) and per-peer
+                     stream rates with a graylist (issue 27; no hivemind)
     discovery.py     hivemind DHT: membership records (v2), the v1 single-key records, validators
     reach.py         reachability: the dial-back check, p2pd options per mode, the status line (no hivemind)
     daemon.py        start p2pd so peers can reach it: public, or private behind a circuit relay
@@ -103,6 +106,14 @@ class Transport(Protocol):
     def distrust(self, peer_id: str, digest: str) -> None:
         """Never fetch `digest` from `peer_id` again, and let another peer deliver it (the bytes
         were not that peer's packet)."""
+
+    def measure(self) -> None:
+        """Before `start`: the node credits every packet it accepts (`credit`), so a neighbor that
+        delivers nothing may lose its slot (a transport used without an exchange idles nobody)."""
+
+    def credit(self, peer_id: str) -> None:
+        """`peer_id` delivered a packet the node accepted (not an echo): what the transport measured of
+        its neighbors keeps that one in the mesh (net/scores.py); a self-reported degree does not."""
 
     def peers(self) -> list[PeerInfo]:
         """The live peers of this run, as their records describe them."""

@@ -11,16 +11,17 @@ latest announcements from memory instead of polling the DHT.
     Mesh         the state: neighbors, candidates (initial peers, peer exchange, DHT membership),
                  retry times, cheap rejection of junk; pure and synchronous (memory transport,
                  simulation and libp2p transport share it)
-    MeshDriver   the libp2p side's background work: push on offer, keepalive, dial candidates
-                 while short of neighbors, read DHT membership when out of candidates
+    MeshDriver   (driver.py) the libp2p side's background work: push on offer, keepalive, dial
+                 candidates while short of neighbors, read DHT membership when out of candidates
     send_announcement / serve_announcement   the frame exchange over one stream
 
 Who may be a neighbor: a peer whose announcement passes `Mesh.judge` (same run and packet
-protocol; if it offers anything, at least one offer we would fetch), while we have fewer than D
-neighbors, or fewer than D + 2 if it is short itself; otherwise we answer "full" with a sample of
-our peers (peer exchange). Two neighbors both above D drop their link. So degrees stay near D and
-no node carries more than D + 2 neighbors however popular it is. No hivemind here
-(protocol/SPEC.md section 11).
+protocol; if it offers anything, at least one offer we would fetch), while we have fewer than
+D + 2 neighbors of which at most D + 2 - out_quota dialled us; otherwise we answer "full" with a
+sample of our peers (peer exchange). What a peer says of itself (its degree) never keeps or costs
+it a slot: over D, and whenever a candidate waits, the neighbors that delivered no accepted packet
+for a few of our rounds go first, never the out_quota outbound ones we picked (`scores.py`). No
+hivemind here (protocol/SPEC.md section 11).
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ import math
 import random
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
 
 from swarm_node.net import PeerInfo
+from swarm_node.net.scores import IDLE_BENCH_S, MAX_IDLE_BENCH_S, Score
 from swarm_node.net.records import (
-    ANNOUNCE_PROTOCOL, MAX_ANNOUNCE_BYTES, MAX_PX, REQUEST_TIMEOUT_S, STATUS_FULL, STATUS_OK, STATUS_REFUSED,
+    MAX_ANNOUNCE_BYTES, MAX_PX, REQUEST_TIMEOUT_S, STATUS_FULL, STATUS_OK, STATUS_REFUSED,
     Announcement, FrameError, RecordError, decode_frame_body, encode_frame, frame_length, make_announcement,
     parse_announcement, parse_peer_exchange,
 )
@@ -50,8 +52,6 @@ RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2,
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
-MIN_PUSH_INTERVAL_S = 0.5  # pushes to one neighbor at most this often; changes in between coalesce into one
-LEAVE_TIMEOUT_S = 2.0  # a leaving node tells its neighbors within this, then goes
 
 
 def fanout(k: int) -> int:
@@ -66,11 +66,14 @@ class MeshParams:
     max_degree: int  # a newcomer that is short of neighbors itself is still taken up to this many
     ttl_s: float  # a neighbor not heard from for this long is dropped; keepalive every ttl_s / 3
     max_packet_bytes: int  # offers declaring more are stripped (we would never fetch them)
+    out_quota: int = 0  # neighbors we dialled ourselves kept at least this many: inbound fill max_degree - out_quota
+    idle_rounds: int = 0  # a neighbor that delivered nothing for this many of our rounds is idle (0: never)
+    idle_s: float = 0.0  # ... and for this many seconds (a node racing through rounds to catch up idles nobody)
 
     @classmethod
     def for_peers(cls, k: int, ttl_s: float, max_packet_bytes: int) -> MeshParams:
         d = fanout(k)
-        return cls(d, d + 2, ttl_s, max_packet_bytes)
+        return cls(d, d + 2, ttl_s, max_packet_bytes, out_quota=2, idle_rounds=5, idle_s=5.0)
 
 
 @dataclass
@@ -80,7 +83,8 @@ class Neighbor:
     sent_at: float = 0.0  # last announcement we sent it
     info: PeerInfo | None = None
     seq: int = -1  # of `info`: a reply overtaken by a newer push must not replace it
-    degree: int = 0  # its neighbor count, as it last announced
+    degree: int = 0  # its neighbor count, as it last announced: only sizes our peer-exchange sample
+    score: Score | None = None  # what we measured of it (set when it is admitted)
 
 
 class Mesh:
@@ -104,12 +108,18 @@ class Mesh:
         self.dropped: Counter[str] = Counter()  # offers stripped at receipt, for the next collect's `dropped`
         self.refused: Counter[str] = Counter()  # announcements refused, by reason
         self.old_version: set[str] = set()  # peers that do not speak discovery v2
+        self.round = 0  # our newest round (set_own): the clock of neighbor scores
+        self.measuring = False  # packets are credited (an exchange runs): only then is a neighbor ever idle
+        self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
+        self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
+        self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
         self._counted: set[tuple[str, str]] = set()
 
     # ---- our side ---------------------------------------------------------------------------------------
     def set_own(self, model_id: str, tokenizer: str, round: int, policy_version: int,
                 offers: list[tuple[int, str, int]], addrs: list[str], produces: bool = True) -> None:
         self.seq = max(self.seq + 1, time.time_ns() // 1000)  # increasing, also across restarts
+        self.round = max(self.round, round)
         self.own = make_announcement(self.run_id, self.seq, model_id, tokenizer, self.protocol, round, policy_version,
                                      offers, addrs, [], produces=produces, manifest=self.manifest)
 
@@ -152,11 +162,11 @@ class Mesh:
         ann.info.offers = kept
         return "unfetchable" if offers and not kept else None
 
-    def _admit(self, ann: Announcement, now: float) -> None:
+    def _admit(self, ann: Announcement, now: float, outbound: bool = False) -> None:
         peer = ann.info.peer_id
         n = self.neighbors.get(peer)
         if n is None:
-            n = self.neighbors[peer] = Neighbor(ann.addrs, now)
+            n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, self.round, now))
         n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
         if ann.seq >= n.seq:
             n.info, n.seq = ann.info, ann.seq
@@ -201,19 +211,24 @@ class Mesh:
             if peer not in self.initial:
                 self.known.pop(peer, None)
             return {"status": STATUS_OK, **self.announcement(to=peer)}
-        if self._room_for(peer, ann.degree):
+        if self._room_for(peer, now):
             self._admit(ann, now)
             self.neighbors[peer].sent_at = now
             return {"status": STATUS_OK, **self.announcement(to=peer)}
-        self.learn(ann.peers)
+        self.learn([(peer, ann.addrs)] + ann.peers)  # a candidate: it may take an idle neighbor's slot
         self.refused["full"] += 1
         return {"status": STATUS_FULL, "peers": self.sample(exclude=peer)}
 
-    def _room_for(self, peer: str, its_degree: int) -> bool:
-        """A neighbor stays; a new peer is taken while we have fewer than `degree` neighbors, or fewer
-        than `max_degree` if it is short of neighbors itself (so joiners always find a place)."""
-        n, p = len(self.neighbors), self.params
-        return peer in self.neighbors or n < p.degree or (n < p.max_degree and its_degree < p.degree)
+    def _room_for(self, peer: str, now: float) -> bool:
+        """A neighbor stays; a new peer that dialled us is taken while we have fewer than `max_degree`
+        neighbors and fewer than `max_degree - out_quota` that dialled us, unless it is benched.
+        Its announced degree plays no part (a liar says 0)."""
+        if peer in self.neighbors:
+            return True
+        if self.benched.get(peer, 0.0) > now:
+            return False
+        inbound = sum(1 for n in self.neighbors.values() if not n.score.outbound)
+        return len(self.neighbors) < self.params.max_degree and inbound < self.params.max_degree - self.params.out_quota
 
     def _refuse(self, peer: str, reason: str) -> dict:
         self.refused[reason] += 1
@@ -231,8 +246,8 @@ class Mesh:
                 status = "bad_reply"
             else:
                 reason = self.judge(ann)
-                if reason is None:
-                    self._admit(ann, now)
+                if reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
+                    self._admit(ann, now, outbound=peer not in self.neighbors)
                     self.neighbors[peer].sent_at = now
                     return STATUS_OK
                 self.refused[reason] += 1
@@ -268,19 +283,88 @@ class Mesh:
         return gone
 
     def short(self) -> bool:
-        return len(self.neighbors) < self.params.degree
+        """Fewer than `degree` neighbors, or fewer than out_quota we dialled ourselves (room permitting)."""
+        n = len(self.neighbors)
+        return n < self.params.degree or (n < self.params.max_degree and self.outbound() < self.params.out_quota)
 
-    def prune(self) -> list[str]:
-        """Over `degree`, drop links to neighbors that are over it too (both keep enough); returns them.
-        The dropped peer learns it at its next announcement, answered `full`."""
-        surplus = [p for p, n in self.neighbors.items() if n.degree > self.params.degree]
-        dropped = []
-        for p in sorted(surplus, key=lambda p: -self.neighbors[p].degree):
+    def dials_wanted(self) -> int:
+        n, p = len(self.neighbors), self.params
+        return max(p.degree - n, min(p.max_degree - n, p.out_quota - self.outbound()))
+
+    def credit(self, peer: str, now: float) -> None:
+        """`peer` delivered a packet first that the node accepted (not an echo): its slot is earned."""
+        self.measuring = True
+        n = self.neighbors.get(peer)
+        if n is not None:
+            n.score.credits += 1
+            n.score.credited_round, n.score.credited_t = self.round, now
+
+    def idle(self, now: float) -> list[str]:
+        """Neighbors that delivered nothing for idle_rounds of our rounds (and idle_s), the longest idle first."""
+        p = self.params
+        if not self.measuring:
+            return []
+        idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, p.idle_rounds, p.idle_s)]
+        return sorted(idle, key=lambda q: (max(self.neighbors[q].score.since_round, self.neighbors[q].score.credited_round),
+                                           self.neighbors[q].score.credits))
+
+    def outbound(self) -> int:
+        return sum(1 for n in self.neighbors.values() if n.score.outbound)
+
+    def prune(self, now: float | None = None) -> list[str]:
+        """Over `degree`, drop idle neighbors (longest idle first) down to `degree`, keeping out_quota
+        outbound ones; returns them. Announced degrees play no part: a neighbor that delivers keeps its
+        slot. The dropped peer learns it at its next announcement, answered `full`."""
+        now = time.time() if now is None else now
+        dropped, spare_out = [], self.outbound() - self.params.out_quota
+        for p in self.idle(now):
             if len(self.neighbors) <= self.params.degree:
                 break
-            self.drop(p)
+            if self.neighbors[p].score.outbound:
+                if spare_out <= 0:
+                    continue
+                spare_out -= 1
+            self._bench(p, now)
             dropped.append(p)
         return dropped
+
+    def evict(self, now: float) -> list[str]:
+        """Idle neighbors lose their slot even below `degree`: those that dialled us at once, those we
+        dialled to a waiting candidate (one each). A node whose neighbors deliver nothing while others
+        could is treated as eclipsed and dials out; the evicted are benched (refused, not dialled)."""
+        waiting = sum(1 for p in self.known if p not in self.neighbors and p != self.own_id
+                      and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now)
+        idle = self.idle(now)
+        gone = [p for p in idle if not self.neighbors[p].score.outbound]
+        gone += [p for p in idle if self.neighbors[p].score.outbound][:waiting]
+        for p in gone:
+            self._bench(p, now)
+        if gone:
+            logger.info("%d idle neighbor(s) lost their slot: %s", len(gone), ", ".join(gone))
+        return gone
+
+    def _bench(self, peer: str, now: float) -> None:
+        """Drop `peer` and refuse it for IDLE_BENCH_S, doubling with each eviction up to MAX_IDLE_BENCH_S."""
+        self.drop(peer)
+        self.evicted_total += 1
+        self.evictions[peer] += 1
+        self.benched[peer] = now + min(MAX_IDLE_BENCH_S, IDLE_BENCH_S * 2 ** (self.evictions[peer] - 1))
+        self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
+        if len(self.benched) > MAX_KNOWN:
+            self.benched = {p: t for p, t in self.benched.items() if t > now}
+        if len(self.evictions) > 4 * MAX_KNOWN:
+            self.evictions.clear()
+
+    def graylist(self, peer: str, until: float) -> None:
+        """`peer` misbehaved (streams over its rate): drop it, refuse it and do not dial it until `until`."""
+        self.evicted_total += peer in self.neighbors
+        self.drop(peer)
+        self.benched[peer] = max(self.benched.get(peer, 0.0), until)
+        self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
+
+    def scores(self) -> dict[str, dict]:
+        """What we measured of each neighbor: outbound, credits, rounds_idle (metrics, tools)."""
+        return {p: n.score.as_dict(self.round) for p, n in list(self.neighbors.items())}
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
         """Up to n peers to dial, at random among those known; initial peers first while we have no
@@ -294,7 +378,7 @@ class Mesh:
                 if t > soon:
                     self.retry_at[p] = soon
         ok = [p for p in self.known if p not in self.neighbors and p not in busy and p != self.own_id
-              and self.retry_at.get(p, 0.0) <= now]
+              and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now]
         first = [p for p in ok if p in self.initial] if not self.neighbors else []
         rest = [p for p in ok if p not in first]
         picked = first[:n] + self.rng.sample(rest, max(0, min(n - len(first[:n]), len(rest))))
@@ -343,140 +427,3 @@ async def serve_announcement(reader: asyncio.StreamReader, writer: asyncio.Strea
 def frame_size(obj: dict) -> int:
     """Bytes of `obj` as a frame (for simulations and accounting)."""
     return 4 + len(msgpack.packb(obj, use_bin_type=True))
-
-
-# ---- the background work of a networked node ---------------------------------------------------------
-class OldVersion(Exception):
-    """The peer does not speak the announcement protocol (an older swarm-node)."""
-
-    protocol = ANNOUNCE_PROTOCOL
-
-
-Contact = Callable[[str, list[str], dict], Awaitable[dict]]  # (peer, addrs, our announcement) -> reply; raises on failure
-ReadMembers = Callable[[], Awaitable[list[tuple[str, list[str]]]]]
-
-
-class MeshDriver:
-    """Runs a Mesh on an event loop: pushes our announcement to every neighbor when `push` is called,
-    keeps neighbors alive, and dials candidates while short of neighbors. `contact` raises
-    `OldVersion` when the peer does not speak discovery v2, any other exception when unreachable."""
-
-    TICK_S = 1.0  # maintenance period
-    MEMBER_READ_S = 30.0  # DHT membership is read at most this often, and only when out of candidates;
-    MAX_MEMBER_READ_S = 600.0  # a read that brings no new peer doubles the wait, up to this
-
-    def __init__(self, mesh: Mesh, contact: Contact, read_members: ReadMembers | None = None,
-                 clock: Callable[[], float] = time.time):
-        self.mesh, self.contact, self.read_members, self.clock = mesh, contact, read_members, clock
-        self.in_flight: dict[str, asyncio.Task] = {}
-        self.again: set[str] = set()  # neighbors to push to once their exchange in flight ends
-        self.pushed_at: dict[str, float] = {}  # neighbor -> loop time of our last push to it
-        self.deferred: set[str] = set()  # neighbors with a push scheduled (MIN_PUSH_INTERVAL_S)
-        self.last_member_read, self.member_read_s = -math.inf, self.MEMBER_READ_S
-
-    def push(self) -> None:
-        """Send our (new) announcement to every neighbor, in the background, at most once per
-        MIN_PUSH_INTERVAL_S per neighbor: a push sooner than that is scheduled for when the interval
-        ends and then sends the newest announcement, so fast rounds cannot flood a neighbor."""
-        loop = asyncio.get_running_loop()
-        for peer in list(self.mesh.neighbors):
-            if peer in self.deferred:
-                continue  # already scheduled: it will carry this announcement too
-            wait = self.pushed_at.get(peer, -math.inf) + MIN_PUSH_INTERVAL_S - loop.time()
-            if wait > 0:
-                self.deferred.add(peer)
-                loop.call_later(wait, self._push_deferred, peer)
-            else:
-                self._push_now(peer)
-
-    def _push_now(self, peer: str) -> None:
-        if len(self.pushed_at) > 4 * MAX_KNOWN:
-            self.pushed_at = {p: t for p, t in self.pushed_at.items() if p in self.mesh.neighbors}
-        self.pushed_at[peer] = asyncio.get_running_loop().time()
-        self._start(peer, self.mesh.neighbors[peer].addrs)
-
-    def _push_deferred(self, peer: str) -> None:
-        self.deferred.discard(peer)
-        if peer in self.mesh.neighbors:
-            self._push_now(peer)
-
-    def _start(self, peer: str, addrs: list[str]) -> None:
-        if peer in self.in_flight:
-            self.again.add(peer)
-            return
-        self.in_flight[peer] = asyncio.get_running_loop().create_task(self._exchange(peer, addrs))
-
-    async def _exchange(self, peer: str, addrs: list[str]) -> None:
-        try:
-            mesh = self.mesh
-            if peer in mesh.neighbors:
-                mesh.neighbors[peer].sent_at = self.clock()
-            try:
-                reply = await self.contact(peer, addrs, mesh.announcement(to=peer))
-            except OldVersion:
-                if peer not in mesh.old_version:
-                    logger.warning("peer %s does not speak %s: it runs an older swarm-node (discovery v1); "
-                                   "nodes of different discovery versions cannot exchange, upgrade it", peer,
-                                   OldVersion.protocol)
-                mesh.on_failure(peer, self.clock(), old_version=True)
-            except Exception as e:
-                logger.debug("announcement to %s failed: %r", peer, e)
-                mesh.on_failure(peer, self.clock())
-            else:
-                mesh.on_reply(peer, reply, self.clock())
-        finally:
-            self.in_flight.pop(peer, None)
-        if peer in self.again and peer in self.mesh.neighbors:
-            self.again.discard(peer)
-            self._start(peer, self.mesh.neighbors[peer].addrs)
-
-    async def tick(self) -> None:
-        """One maintenance step: expire, keepalive, dial candidates when short, read membership."""
-        mesh, now = self.mesh, self.clock()
-        mesh.expire(now)
-        mesh.prune()
-        for peer in mesh.keepalive_due(now):
-            self._start(peer, mesh.neighbors[peer].addrs)
-        if not mesh.short():
-            return
-        need = mesh.params.degree - len(mesh.neighbors) - sum(p not in mesh.neighbors for p in self.in_flight)
-        found = mesh.candidates(need, now, busy=set(self.in_flight)) if need > 0 else []
-        for peer, addrs in found:
-            self._start(peer, addrs)
-        if need > 0 and not found and self.read_members is not None and now - self.last_member_read >= self.member_read_s:
-            self.last_member_read = now
-            try:
-                members = await self.read_members()
-            except Exception as e:
-                logger.debug("membership read failed: %r", e)
-                members = []
-            new = [m for m in members if m[0] not in mesh.known and m[0] != mesh.own_id]
-            mesh.learn(members)
-            # a small swarm stays short of D neighbors forever: stop asking the DHT every 30 s
-            self.member_read_s = self.MEMBER_READ_S if new else min(self.MAX_MEMBER_READ_S, 2 * self.member_read_s)
-
-    async def run(self) -> None:
-        while True:
-            await self.tick()
-            await asyncio.sleep(self.TICK_S)
-
-    async def leave(self) -> None:
-        """Tell every neighbor we leave (`leaving: true`), all at once, within LEAVE_TIMEOUT_S."""
-        async def tell(peer: str, addrs: list[str]) -> None:
-            try:
-                await self.contact(peer, addrs, self.mesh.leaving(peer))
-            except Exception as e:  # a courtesy: it drops us after ttl_s anyway
-                logger.debug("leave announcement to %s failed: %r", peer, e)
-
-        tasks = [asyncio.ensure_future(tell(p, n.addrs)) for p, n in list(self.mesh.neighbors.items())]
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=LEAVE_TIMEOUT_S)
-            for t in late:
-                t.cancel()
-
-    async def close(self) -> None:
-        tasks = list(self.in_flight.values())
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=2)

@@ -25,13 +25,15 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarm_node.net import PeerInfo, SwarmError
-from swarm_node.net.announce import Mesh, MeshDriver, OldVersion, send_announcement, serve_announcement
+from swarm_node.net.announce import Mesh, send_announcement, serve_announcement
+from swarm_node.net.driver import MeshDriver, OldVersion
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
 from swarm_node.net.records import (
     ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES, MEMBER_BUCKETS, Member, RecordError,
     make_member_record, member_bucket, member_key, parse_member_record, parse_record, record_key,
 )
+from swarm_node.net.scores import PeerLimiter, TokenBucket
 
 logger = logging.getLogger(__name__)
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
@@ -45,22 +47,6 @@ MAX_VERDICTS = 8192  # signature verdicts remembered (the newest), so a replayed
 VERIFY_RATE, VERIFY_BURST = 100.0, 200.0
 OWNER_VERIFY_RATE, OWNER_VERIFY_BURST = 0.5, 8.0
 MAX_OWNER_BUDGETS = 4096  # owner keys whose budget is remembered (the most recent)
-
-
-class TokenBucket:
-    """`rate` tokens a second up to `burst`; `take()` spends one if there is one."""
-
-    def __init__(self, rate: float, burst: float):
-        self.rate, self.burst = rate, burst
-        self.tokens, self.t = burst, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens, self.t = min(self.burst, self.tokens + (now - self.t) * self.rate), now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
 
 
 def check_member_value(owner_ssh_key: bytes, value: bytes, expiration_time: float) -> str | None:
@@ -278,8 +264,11 @@ class PushDiscovery:
     `MeshDriver`) over `ANNOUNCE_PROTOCOL` streams, plus our membership record. Runs on the
     transport's loop; `stats` gets announces_* and member_* counters."""
 
-    def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int]):
+    def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int],
+                 limiter: PeerLimiter | None = None):
         self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
+        self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
+        self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds)
         self.driver = MeshDriver(mesh, self.contact, members.read)
         self.serving: set[str] = set()  # peers whose announcement we are answering now
         self.addrs: list[str] = []
@@ -338,8 +327,12 @@ class PushDiscovery:
             raise
 
     async def serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer one announcement; one stream per peer at a time, MAX_CONCURRENT_ANNOUNCES in all."""
+        """Answer one announcement; one stream per peer at a time, MAX_CONCURRENT_ANNOUNCES in all, and
+        within the peer's rate (`scores.PeerLimiter`): any other is closed before anything is read."""
         peer = str(info.peer_id)
+        if not self.limiter.allow(peer, "announce"):  # counted by the limiter (over_rate)
+            writer.close()
+            return
         if peer in self.serving or len(self.serving) >= MAX_CONCURRENT_ANNOUNCES:
             writer.close()
             return
@@ -355,6 +348,14 @@ class PushDiscovery:
             self.stats["announces_refused"] += self.mesh.refused.total() - refused
             self.serving.discard(peer)
             writer.close()
+
+    def gauges(self) -> dict[str, int]:
+        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately;
+        plain ints and a copy: safe to read from another thread."""
+        scores = list(self.mesh.scores().values())
+        return {"neighbors_evicted": self.mesh.evicted_total, "mesh_outbound": sum(s["outbound"] for s in scores),
+                "mesh_credited": sum(s["credits"] > 0 and s["rounds_idle"] < self.mesh.params.idle_rounds
+                                     for s in scores)}
 
     def _count(self, sent: int, received: int, what: str) -> None:
         self.stats[what] += 1

@@ -24,6 +24,7 @@ from swarm_node.net.records import (
     CHUNK_BYTES, MAX_CONCURRENT_UPLOADS, REQUEST_TIMEOUT_S, SERVE_TIMEOUT_S, STATUS_BAD_REQUEST, STATUS_BUSY,
     STATUS_NOT_FOUND, STATUS_OK, FrameError, decode_frame_body, encode_frame, frame_length, is_digest,
 )
+from swarm_node.net.scores import PeerLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -134,15 +135,19 @@ def refuse_stream(writer: asyncio.StreamWriter, frame: bytes) -> None:
 
 class PacketServer:
     """Server side: answers one request per stream from ``lookup(digest) -> bytes | None``; streams
-    beyond `limits` (per peer, in all) are answered busy at once."""
+    beyond `limits` (per peer, in all) are answered busy at once; a stream over its peer's rate
+    (`rates`, scores.PeerLimiter) is closed before anything is read."""
 
     def __init__(self, run_id: str, lookup: Callable[[str], bytes | None], stats: dict[str, int],
-                 limits: StreamLimits | None = None):
-        self.run_id, self.lookup, self.stats = run_id, lookup, stats
+                 limits: StreamLimits | None = None, rates: PeerLimiter | None = None):
+        self.run_id, self.lookup, self.stats, self.rates = run_id, lookup, stats, rates
         self.limits = limits if limits is not None else StreamLimits()
         self.uploads = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object = None) -> None:
+        if self.rates is not None and not self.rates.allow(str(peer), "fetch"):  # counted by the limiter
+            writer.close()
+            return
         if not self.limits.admit(peer):
             self.stats["serve_refused"] = self.stats.get("serve_refused", 0) + 1
             return refuse_stream(writer, encode_frame({"status": STATUS_BUSY}))

@@ -57,6 +57,7 @@ from swarm_node.net.records import (
     FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
     STATUS_NOT_FOUND, is_digest, make_record,
 )
+from swarm_node.net.scores import PeerLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ STAT_KEYS = (
     "records_published", "publish_failures", "bootstrap_attempts", "serve_not_found", "serve_errors",
     "announces_sent", "announces_received", "announce_bytes_out", "announce_bytes_in", "announces_refused",
     "announce_failures", "members_published", "member_reads",
-)
+)  # and from stats(): streams_over_rate, peers_graylisted (PeerLimiter); v2 mesh gauges (PushDiscovery.gauges)
 FAILURE_STATS = {TIMEOUT: "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found", STATUS_BUSY: "fetch_busy",
                  OVERSIZE: "fetch_oversize", MISMATCH: "digest_mismatches"}
 
@@ -104,6 +105,7 @@ class HivemindTransport:
         self.produces = produces  # False: announce that we offer no packets (relay, light client)
         self.manifest = manifest  # digest of our run manifest, announced; set before start (set_manifest)
         self._require_manifest = False  # refuse peers announcing no manifest (prompts by reference)
+        self._measure = False  # accepted packets are credited (measure(), before start): idle neighbors may go
         self.discovery = discovery or getattr(cfg, "discovery", "push")
         if self.discovery not in DISCOVERY_MODES:
             raise SwarmError(f"swarm.discovery must be one of {'|'.join(DISCOVERY_MODES)}, got {self.discovery!r}")
@@ -113,6 +115,7 @@ class HivemindTransport:
         self._offers = Offers(cfg.max_offers)  # the packets we serve
         self._round = self._policy_version = 0
         self._delivery = Delivery()
+        self._limiter = PeerLimiter()  # per-peer stream rates and graylist (net/scores.py)
         self._loop: LoopThread | None = None
         self._p2p: P2P | None = None
         self._dht: DHTNode | None = None
@@ -162,7 +165,7 @@ class HivemindTransport:
         self._p2pd_pid = p2pd_pid(self._p2p)
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
-        self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats)
+        self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats, rates=self._limiter)
         for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
             await self._p2p.add_binary_stream_handler(
                 proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
@@ -203,8 +206,8 @@ class HivemindTransport:
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
         mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest)
-        mesh.require_manifest = self._require_manifest
-        self._push = PushDiscovery(self._p2p, mesh, members, self._stats)
+        mesh.require_manifest, mesh.measuring = self._require_manifest, self._measure
+        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter)
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
 
@@ -340,6 +343,14 @@ class HivemindTransport:
             self._delivery.distrust(peer_id, digest)
         self._run(apply(), 5.0)
 
+    def measure(self) -> None:  # accepted packets are credited from now on: idle neighbors may lose their slot
+        self._measure = True  # read when the mesh is made (start); Exchange calls this before
+
+    def credit(self, peer_id: str) -> None:
+        async def apply():  # v2: the neighbor's slot is earned
+            return self._push is not None and self._push.mesh.credit(peer_id, time.time())
+        self._run(apply(), 5.0)
+
     def peers(self) -> list[PeerInfo]:
         """This run's live peers as they announced themselves: our neighbors' latest announcements
         (v2), or the valid records under the run's DHT key (v1; [] if the lookup fails)."""
@@ -352,7 +363,8 @@ class HivemindTransport:
         return data
 
     def stats(self) -> dict[str, int]:
-        return dict(self._stats)
+        rates = {"streams_over_rate": self._limiter.over_rate, "peers_graylisted": self._limiter.graylisted_total}
+        return {**self._stats, **rates, **(self._push.gauges() if self._push is not None else {})}
 
     # ---- raw streams, for tools (the conformance probe, net/probe.py) -----------------------------------
     async def aopen_stream(self, peer_id: str, protos: tuple[str, ...]) -> tuple[str, asyncio.StreamReader,

@@ -186,6 +186,14 @@ class MemoryTransport:
     def distrust(self, peer_id: str, digest: str) -> None:
         self._delivery.distrust(peer_id, digest)
 
+    def measure(self) -> None:
+        with self.network.lock:
+            self._mesh.measuring = True
+
+    def credit(self, peer_id: str) -> None:
+        with self.network.lock:
+            self._mesh.credit(peer_id, time.time())
+
     def peers(self) -> list[PeerInfo]:
         """Our neighbors' latest announcements (copies)."""
         with self.network.lock:
@@ -227,7 +235,8 @@ class MemoryTransport:
         with self.network.lock:
             now = time.time()
             self._mesh.expire(now)
-            self._mesh.prune()
+            self._mesh.prune(now)
+            self._mesh.evict(now)
             self._mesh.learn(self.network.members(exclude=self._peer_id))
             while self._mesh.short():
                 found = self._mesh.candidates(1, now)

@@ -166,7 +166,7 @@ class Announcement:
     info: PeerInfo  # peer_id = the stream's authenticated remote peer, never a field of the frame
     run_id: str
     seq: int  # the sender's version of its announcement: a receiver keeps the highest seen
-    degree: int  # how many neighbors the sender has (lets over-connected pairs drop their link)
+    degree: int  # how many neighbors the sender has (a claim: sizes peer exchange only, never prunes; issue 27)
     addrs: list[str]  # the sender's own multiaddrs (claims)
     peers: list[tuple[str, list[str]]] = field(default_factory=list)  # peer exchange: (peer id, multiaddrs)
     manifest: str | None = None  # digest of the sender's run manifest (None: it announced none)

@@ -1,0 +1,147 @@
+"""What a node measured about its neighbours, never what they claim (issue 27; protocol/SPEC.md section 11).
+
+A peer's announcement says how many neighbours it has (`degree`); a liar says 0 and was kept while
+honest neighbours, truthfully above D, pruned each other (6 live Sybils eclipsed a node in ~5 s).
+So a neighbour's slot now rests on what this node saw itself:
+
+    credits     accepted, non-echo packets it delivered first (the exchange tells the transport,
+                `Transport.credit`), and our round and time of the last one
+    outbound    whether we dialled it, to a candidate we picked: inbound peers fill at most
+                max_degree - out_quota slots, and pruning never goes below out_quota outbound
+    idle        a neighbour that delivered nothing for idle_rounds of our rounds (and idle_s
+                seconds) is pruned first when over D, and loses its slot to a candidate even below
+                D; it is then benched (refused) for a while, so it cannot take the slot straight back
+
+Rates (`PeerLimiter`): a token bucket per peer for incoming announcement and fetch streams; a
+stream over the rate is closed before anything is read and counts as misbehaviour; a peer with
+`graylist_after` of those within `misbehaviour_window_s` is ignored (every stream closed at once)
+for `graylist_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
+
+
+@dataclass
+class Score:
+    """One neighbour's record, as this node measured it."""
+
+    outbound: bool  # we dialled it, to a candidate we picked
+    since_round: int  # our round when it became a neighbour
+    since_t: float  # our clock then
+    credits: int = 0  # accepted, non-echo packets it delivered first
+    credited_round: int = -1  # our round at its last credit
+    credited_t: float = float("-inf")  # our clock at its last credit
+
+    def idle(self, round: int, now: float, idle_rounds: int, idle_s: float) -> bool:
+        """Delivered nothing for idle_rounds of our rounds and idle_s seconds (since it joined or its last credit)."""
+        if idle_rounds <= 0:
+            return False
+        last_round, last_t = max(self.since_round, self.credited_round), max(self.since_t, self.credited_t)
+        return round - last_round >= idle_rounds and now - last_t >= idle_s
+
+    def as_dict(self, round: int) -> dict:
+        last = max(self.since_round, self.credited_round)
+        return {"outbound": self.outbound, "credits": self.credits, "rounds_idle": max(0, round - last)}
+
+
+class TokenBucket:
+    """`rate` tokens a second up to `burst`; `take()` spends one if there is one."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] | None = None):
+        self.rate, self.burst, self.clock = rate, burst, clock  # clock: time.monotonic, looked up at each call
+        self.tokens, self.t = burst, self.now()
+
+    def now(self) -> float:
+        return self.clock() if self.clock is not None else time.monotonic()
+
+    def take(self) -> bool:
+        now = self.now()
+        self.tokens, self.t = min(self.burst, self.tokens + (now - self.t) * self.rate), now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+@dataclass(frozen=True)
+class RateLimits:
+    """Per-peer rates of incoming streams (issue 27: one id opened 1,427 announce streams a second)."""
+
+    announce_rate: float = 4.0  # announcement streams a peer may open per second (an honest one pushes <= 2/s)
+    announce_burst: float = 16.0  # ... and at once
+    fetch_rate: float = 20.0  # fetch streams a peer may open per second (one packet per round, resumes)
+    fetch_burst: float = 64.0  # ... and at once
+    graylist_after: int = 32  # streams over the rate within misbehaviour_window_s that get the peer ignored
+    misbehaviour_window_s: float = 10.0  # misbehaviour older than this is forgotten
+    graylist_s: float = 120.0  # how long a graylisted peer is ignored (every stream closed unread)
+
+
+MAX_LIMITED_PEERS = 4096  # peers whose buckets are remembered (the most recent)
+
+
+class PeerLimiter:
+    """A token bucket per (peer, stream kind); a stream over the rate is misbehaviour; a peer with
+    `graylist_after` misbehaviours within the window is graylisted for `graylist_s`. `on_graylist(peer,
+    seconds)` is called once per graylisting (the mesh drops and benches it). Not thread-safe."""
+
+    def __init__(self, limits: RateLimits = RateLimits(), clock: Callable[[], float] | None = None,
+                 on_graylist: Callable[[str, float], None] | None = None):
+        self.limits, self.clock, self.on_graylist = limits, clock, on_graylist
+        self.buckets: OrderedDict[tuple[str, str], TokenBucket] = OrderedDict()
+        self.strikes: OrderedDict[str, list[float]] = OrderedDict()  # peer -> times of its recent misbehaviour
+        self.gray_until: dict[str, float] = {}
+        self.over_rate = self.graylisted_total = 0  # counters: streams closed over the rate, graylistings
+
+    def now(self) -> float:
+        return self.clock() if self.clock is not None else time.monotonic()
+
+    def graylisted(self, peer: str) -> bool:
+        return self.gray_until.get(peer, float("-inf")) > self.now()
+
+    def allow(self, peer: str, kind: str) -> bool:
+        """Whether `peer` may open a stream of `kind` ("announce" | "fetch") now; False: close it unread."""
+        now = self.now()
+        if self.gray_until.get(peer, float("-inf")) > now:
+            return False
+        bucket = self.buckets.pop((peer, kind), None)
+        if bucket is None:
+            lim = self.limits
+            rate, burst = (lim.announce_rate, lim.announce_burst) if kind == "announce" else (lim.fetch_rate, lim.fetch_burst)
+            bucket = TokenBucket(rate, burst, self.clock)
+        self.buckets[(peer, kind)] = bucket
+        while len(self.buckets) > MAX_LIMITED_PEERS:
+            self.buckets.popitem(last=False)
+        if bucket.take():
+            return True
+        self.over_rate += 1
+        self.misbehaved(peer, now)
+        return False
+
+    def misbehaved(self, peer: str, now: float | None = None) -> None:
+        """Count one misbehaviour of `peer`; graylist it at `graylist_after` within the window."""
+        now = self.now() if now is None else now
+        lim = self.limits
+        strikes = [t for t in self.strikes.pop(peer, []) if t > now - lim.misbehaviour_window_s] + [now]
+        self.strikes[peer] = strikes
+        while len(self.strikes) > MAX_LIMITED_PEERS:
+            self.strikes.popitem(last=False)
+        if len(strikes) < lim.graylist_after:
+            return
+        del self.strikes[peer]
+        self.gray_until = {p: t for p, t in self.gray_until.items() if t > now}
+        self.gray_until[peer] = now + lim.graylist_s
+        self.graylisted_total += 1
+        logger.warning("peer %s opened streams over its rate %d times in %.0f s: ignored for %.0f s", peer,
+                       len(strikes), lim.misbehaviour_window_s, lim.graylist_s)
+        if self.on_graylist is not None:
+            self.on_graylist(peer, lim.graylist_s)

@@ -1,0 +1,161 @@
+"""net/scores.py and the mesh's use of it (issue 27): neighbours are kept by what the node measured
+(packets accepted from them, whether it dialled them), never by the degree they announce; rates.
+Unit tests, no network; the real-process flood test is in test_net_hivemind.py."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from swarm_node.net.announce import Mesh, MeshParams
+
+ADDR = ["/ip4/127.0.0.1/tcp/1"]
+SYBILS = [f"QmSybiA{i}" for i in range(1, 7)]
+IDLE_ROUNDS = 3
+
+
+def _ann(round_=1, peers=(), degree=0):
+    return {"run_id": "r", "seq": round_, "degree": degree, "model_id": "m", "tokenizer": "t", "protocol": 1,
+            "round": round_, "policy_version": 1, "offers": [], "addrs": ADDR, "peers": [[p, ADDR] for p in peers]}
+
+
+def _params():  # k = 1: D = 4, D + 2 = 6
+    return MeshParams(4, 6, ttl_s=600.0, max_packet_bytes=1000, out_quota=2, idle_rounds=IDLE_ROUNDS, idle_s=0.0)
+
+
+class Swarm:
+    """Two honest meshes V and H, and six live Sybils that announce degree 0 to both every round,
+    accept every neighbour, never prune, name each other in peer exchange, and never deliver."""
+
+    def __init__(self, sybils_first: bool):
+        self.v = Mesh("QmV", "r", 1, _params(), initial={"QmH": ADDR}, rng=random.Random(1))
+        self.h = Mesh("QmH", "r", 1, _params(), initial={"QmV": ADDR}, rng=random.Random(2))
+        self.meshes = {"QmV": self.v, "QmH": self.h}
+        self.v.measuring = self.h.measuring = True  # an exchange runs and credits accepted packets
+        self.sybils_first = sybils_first
+        self.tenure = {(m, s): 0 for m in self.meshes for s in SYBILS}  # consecutive rounds a Sybil held a slot it
+        self.longest = 0  # dialled itself (inbound); one the node dialled (outbound) waits for a candidate
+
+    def contact(self, src: str, dst: str, t: float) -> None:
+        mesh = self.meshes[src]
+        if dst in self.meshes:
+            reply = self.meshes[dst].receive(src, mesh.announcement(to=dst), t)
+        else:  # a Sybil: always ok, always degree 0, peer exchange of its fellows
+            reply = {"status": "ok", **_ann(peers=SYBILS, degree=0)}
+        mesh.on_reply(dst, reply, t)
+
+    def round(self, r: int) -> None:
+        t = 10.0 * r
+        for name, mesh in self.meshes.items():
+            mesh.set_own("m", "t", r, 1, [], ADDR)
+        if r > 0 or self.sybils_first:
+            for s in SYBILS:  # every Sybil (re)dials both honest nodes every round
+                for mesh in self.meshes.values():
+                    mesh.receive(s, _ann(r, peers=SYBILS, degree=0), t)
+        for name, mesh in self.meshes.items():  # pushes between neighbours, then deliveries
+            for peer in [p for p in mesh.neighbors if p in self.meshes]:
+                self.contact(name, peer, t)
+        for name, mesh in self.meshes.items():
+            other = "QmH" if name == "QmV" else "QmV"
+            if other in mesh.neighbors:
+                mesh.credit(other, t)  # the honest peer's packet arrived and was accepted
+        for name, mesh in self.meshes.items():  # the driver's tick
+            mesh.expire(t)
+            mesh.prune(t)
+            mesh.evict(t)
+            if mesh.short():
+                for peer, _ in mesh.candidates(mesh.dials_wanted(), t):
+                    self.contact(name, peer, t)
+        for (m, s) in self.tenure:
+            n = self.meshes[m].neighbors.get(s)
+            self.tenure[(m, s)] = self.tenure[(m, s)] + 1 if n is not None and not n.score.outbound else 0
+        self.longest = max(self.longest, *self.tenure.values())
+
+
+@pytest.mark.parametrize("sybils_first", [False, True])
+def test_sybils_announcing_degree_zero_cannot_eclipse_an_honest_pair(sybils_first):
+    """The old prune dropped neighbours "whose last degree exceeds D": V and H, both above D because
+    the Sybils take every slot, pruned each other within seconds. Now: once linked, the honest pair
+    is never pruned; a Sybil that dialled in loses its slot within IDLE_ROUNDS + 1 rounds; Sybils the
+    node dialled itself (out_quota) hold at most those slots, and lose them to any candidate."""
+    swarm = Swarm(sybils_first)
+    linked_at = None
+    for r in range(25):
+        swarm.round(r)
+        linked = "QmH" in swarm.v.neighbors and "QmV" in swarm.h.neighbors
+        if linked_at is None and linked:
+            linked_at = r
+        assert linked_at is None or linked, f"the honest pair was pruned in round {r}"
+    assert linked_at is not None and linked_at <= IDLE_ROUNDS + 2
+    assert swarm.longest <= IDLE_ROUNDS + 1
+    for mesh in (swarm.v, swarm.h):
+        assert len(mesh.neighbors) <= mesh.params.max_degree and max(mesh.evictions.values()) >= 2  # benched, back, again
+        scores = mesh.scores()
+        other = "QmH" if mesh is swarm.v else "QmV"
+        assert scores[other]["credits"] >= 20 and scores[other]["rounds_idle"] == 0
+
+
+def test_inbound_peers_cannot_take_the_outbound_slots_and_degree_claims_buy_nothing():
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    for s in SYBILS:
+        mesh.receive(s, _ann(degree=0), 1.0)
+    assert len(mesh.neighbors) == 4 and mesh.outbound() == 0  # max_degree - out_quota inbound at most
+    assert mesh.receive("QmLate", _ann(degree=0), 1.0)["status"] == "full"
+    assert mesh.short() and mesh.dials_wanted() == 2  # full of inbound: still dials out_quota of its own
+    assert mesh.on_reply("QmPicked", {"status": "ok", **_ann(degree=99)}, 1.0) == "ok"
+    assert mesh.scores()["QmPicked"]["outbound"] is True
+    # over D, nobody idle yet: nobody pruned, whatever they announced
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    assert mesh.prune(2.0) == []
+    # rounds pass; QmSybil0 delivers, the others do not: over D the idle inbound go first, the outbound stays
+    mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)
+    mesh.credit(SYBILS[0], 2.0)
+    gone = mesh.prune(3.0)
+    assert len(gone) == 1 and gone[0] not in (SYBILS[0], "QmPicked") and len(mesh.neighbors) == 4
+    assert mesh.receive(gone[0], _ann(degree=0), 3.5)["status"] == "full"  # benched: cannot take it straight back
+    # below D, idle neighbours that dialled us lose their slot at once; the outbound one only to a candidate
+    for p in mesh.known:  # (those refused as full were remembered as candidates: none waits now)
+        mesh.retry_at.setdefault(p, 10**9)
+    idle_inbound = sorted(p for p in mesh.neighbors if p not in (SYBILS[0], "QmPicked"))
+    assert sorted(mesh.evict(4.0)) == idle_inbound
+    assert set(mesh.neighbors) == {SYBILS[0], "QmPicked"} and mesh.evict(4.0) == []
+    mesh.learn([("QmCandidate", ADDR)])
+    assert mesh.evict(4.0) == ["QmPicked"] and mesh.candidates(5, 4.0) == [("QmCandidate", ADDR)]
+
+
+def test_streams_over_a_peers_rate_are_refused_and_repeated_excess_graylists_it():
+    from swarm_node.net.scores import PeerLimiter, RateLimits
+
+    now, grayed = [0.0], []
+    lim = RateLimits(announce_rate=2.0, announce_burst=4.0, fetch_rate=10.0, fetch_burst=10.0, graylist_after=5,
+                     misbehaviour_window_s=10.0, graylist_s=60.0)
+    limiter = PeerLimiter(lim, clock=lambda: now[0], on_graylist=lambda p, s: grayed.append((p, s)))
+    assert [limiter.allow("QmA", "announce") for _ in range(6)] == [True] * 4 + [False] * 2  # the burst, then refused
+    assert all(limiter.allow("QmA", "fetch") for _ in range(10))  # another kind: its own bucket
+    assert limiter.allow("QmB", "announce")  # another peer: unaffected
+    now[0] += 0.5
+    assert limiter.allow("QmA", "announce") and not limiter.allow("QmA", "announce")  # refilled at 2/s
+    # an honest pace (2/s) is never refused, however long
+    for _ in range(40):
+        now[0] += 0.5
+        assert limiter.allow("QmB", "announce")
+    # misbehaviour older than the window is forgotten: 3 strikes so far for QmA, 2 more graylist it
+    assert not grayed and limiter.over_rate == 3
+    now[0] += 20.0  # the old strikes expire
+    for _ in range(4):
+        limiter.allow("QmA", "announce")  # the burst again
+    assert [limiter.allow("QmA", "announce") for _ in range(5)] == [False] * 5
+    assert grayed == [("QmA", 60.0)] and limiter.graylisted("QmA") and limiter.graylisted_total == 1
+    now[0] += 30.0
+    assert not limiter.allow("QmA", "announce") and not limiter.allow("QmA", "fetch")  # ignored, every kind
+    assert limiter.allow("QmB", "announce")
+    now[0] += 31.0
+    assert limiter.allow("QmA", "announce") and not limiter.graylisted("QmA")  # after graylist_s
+
+
+def test_a_graylisted_neighbour_is_dropped_refused_and_not_dialled():
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    assert mesh.receive("QmA", _ann(), 1.0)["status"] == "ok"
+    mesh.graylist("QmA", 100.0)
+    assert "QmA" not in mesh.neighbors and mesh.receive("QmA", _ann(), 50.0)["status"] == "full"
+    assert mesh.candidates(5, 50.0) == [] and mesh.candidates(5, 100.0) == [("QmA", ADDR)]
