@@ -13,11 +13,15 @@ data flow of one round and the seams):
     rollout.py      prompts -> groups of G completions (tokens, generator log-probs, rewards) -> buffer
     codec.py        Packet <-> canonical msgpack bytes, strict validation (protocol/SPEC.md)
     net/            Transport protocol; push discovery + libp2p stream fetch over hivemind's daemon;
-                    reach.py: dial-back check and relays for nodes behind NAT; in-memory transport
-    exchange.py     offer our packet's bytes, collect peers' over a Transport, count (no model, no task)
+                    reach.py: dial-back check and relays for nodes behind NAT; scores.py: neighbours
+                    kept by measured delivery, per-peer stream rates; probe.py: the live conformance
+                    probe; in-memory transport
+    exchange.py     offer our packet's bytes, collect peers' over a Transport (fair arrival), count
+                    (no model, no task)
     admit.py        validate a peer's packet, recompute its rewards (holds task and tokenizer)
     contract.py     the task contract: run manifest (announced digest), task vectors (SPEC section 14)
-    loss.py         the F-TIS family as pure functions (nois/vis/tis, filtered or not)
+    loss.py         the F-TIS family as pure functions (nois/vis/tis, filtered or not); what an
+                    untrusted peer may teach (teach_only, implausible)
     trainer.py      one optimizer step over the combined groups
     evaluate.py     greedy pass@1 on held-out examples
     warmstart.py    supervised warm start of tiny models, cached on disk
