@@ -42,6 +42,7 @@ from swarm_node.codec import digest as packet_digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net.hivemind import HivemindTransport
 
+STALE_S = 45.0  # no honest round advanced in our view for this long: we were evicted, or they are done
 FLOOD = 8
 # The attack of each round, in turn. Comments: what an honest receiver must do with it.
 KINDS = (
@@ -219,13 +220,17 @@ def main() -> int:
 
 def honest_rounds(swarm: HostileTransport, args, t_end: float):
     """Yield (round, honest peers) each time the honest peers reach a new round; ends at t_end, at
-    --until-round, or 20 s after every honest peer left."""
-    last, seen_peers_at = 0, time.monotonic()
+    --until-round, 20 s after every honest peer left, or STALE_S after their rounds last advanced in
+    our view (the honest nodes evict and refuse a neighbour that delivers nothing they accept, so
+    what we last heard of them goes stale)."""
+    last, seen_peers_at, advanced_at = 0, time.monotonic(), time.monotonic()
     while time.monotonic() < t_end:
         peers = [p for p in swarm.peers() if p.model_id != "adversary"]
         if peers:
             seen_peers_at = time.monotonic()
         elif time.monotonic() - seen_peers_at > 20:
+            return
+        if last >= 1 and time.monotonic() - advanced_at > STALE_S:
             return
         r = max((p.round for p in peers), default=0)
         if r >= args.until_round:
@@ -233,7 +238,7 @@ def honest_rounds(swarm: HostileTransport, args, t_end: float):
         if r <= last or r < 1:
             time.sleep(0.1)
             continue
-        last = r
+        last, advanced_at = r, time.monotonic()
         yield r, peers
 
 
