@@ -10,7 +10,8 @@ warm start. Per group, 6 correct completions with junk and a newline before the 
 rounds ahead, so V trains on its groups in almost every round. Measured here: with the paper's
 F-TIS for every peer V fell from 0.14 to 0.01 held-out pass@1; with its negatives dropped alone
 to 0.03 (the positives un-teach too: V learns a context in which it never learned the answer);
-with the default defences (negatives dropped, implausible positives dropped) it rose to 0.485.
+with negatives and implausible positives dropped it rose to 0.485 (0.45 with fair arrival too;
+these runs predate the anchored, per-token bar, whose own re-run is in docs/RELIABILITY.md).
 """
 
 import json
