@@ -308,7 +308,7 @@ def synthetic_packet(prompts: int = 2, group_size: int = 12, mean_tokens: int = 
     sampled LM's (mostly near 0, a heavy tail), realistic header strings. Returns (packet, n_tokens)."""
     import numpy as np
 
-    from swarm_node.codec import Completion, Group, Packet
+    from swarm_node.wire.codec import Completion, Group, Packet
 
     rng = np.random.default_rng(seed)
     lo, hi = max(1, int(mean_tokens * (1 - spread))), max(1, int(mean_tokens * (1 + spread)))

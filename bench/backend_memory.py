@@ -28,7 +28,8 @@ import json, resource, sys, time
 import psutil, torch
 torch.manual_seed(0); torch.set_num_threads(1)
 from transformers import Qwen2Config, Qwen2ForCausalLM
-from swarm_node.backend import PRESETS, Policy, char_tokenizer
+from swarm_node.train.presets import PRESETS, char_tokenizer
+from swarm_node.train.policy import Policy
 phase, vocab, prompt_len, new_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 config = Qwen2Config(vocab_size=vocab, max_position_embeddings=1024, tie_word_embeddings=True, pad_token_id=0,
                      eos_token_id=1, bos_token_id=1, **PRESETS["tiny-l"])
@@ -37,7 +38,7 @@ prompts = [[5 + (i * 7 + j) % 90 for j in range(prompt_len)] for i in range(2)]
 def generate():
     if hasattr(policy, "generate"):  # the code before the Sampler seam
         return policy.generate(prompts, 12, new_tokens, 1.0, generator=torch.Generator().manual_seed(0))
-    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.train.sampling.hf import HFSampler
     return HFSampler(policy).sample(prompts, 12, new_tokens, 1.0, seed=0)
 if phase == "train":
     groups = generate()

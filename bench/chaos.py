@@ -74,7 +74,7 @@ def node_args(p: dict, run_id: str, peers: str) -> list[str]:
 def warm_start() -> str:
     from swarm_node.config import load_config
     from swarm_node.tasks import load_task
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     cfg = load_config(None, ["model.name=tiny-s", f"task.options={json.dumps(ARITH)}", WARMSTART, "threads=1"])
     return warmstarted_model(cfg, load_task("arith", None, **ARITH))
@@ -333,11 +333,11 @@ def inv(name: str, ok: bool, figure: str) -> dict:
 
 # ------------------------------------------------------------------------------------------- the invariants
 def checkpoint_loads(path: Path) -> bool:
-    """Model, optimizer and RNG state of one checkpoint load (swarm_node.checkpoint's own loader)."""
+    """Model, optimizer and RNG state of one checkpoint load (swarm_node.train.checkpoint's own loader)."""
     import torch
 
-    from swarm_node.backend import Policy
-    from swarm_node.checkpoint import load_checkpoint
+    from swarm_node.train.policy import Policy
+    from swarm_node.train.checkpoint import load_checkpoint
     from swarm_node.config import ModelConfig
 
     try:

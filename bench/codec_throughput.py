@@ -36,8 +36,8 @@ SCENARIOS = {
 def measure(name: str, spec: tuple, min_time: float, repeats: int) -> dict:
     import numpy as np
 
-    from swarm_node import codec
-    from swarm_node.packet_json import packet_from_json, packet_to_json
+    from swarm_node.wire import codec
+    from swarm_node.wire.packet_json import packet_from_json, packet_to_json
 
     prompts, group, mean_tokens, prompt_tokens, vocab = spec
     packet, n_tokens = C.synthetic_packet(prompts, group, mean_tokens, prompt_tokens, vocab, seed=0,
@@ -52,7 +52,7 @@ def measure(name: str, spec: tuple, min_time: float, repeats: int) -> dict:
     bare = codec.encode(codec.Packet(**{**packet.__dict__, "groups": [
         codec.Group(g.task, g.example_id, g.prompt_tokens, []) for g in packet.groups]}))
     per_completion = (len(data) - len(bare) - payload) / n_completions
-    from swarm_node.contract import by_reference  # prompts by reference (SPEC.md 14.6), digits in base `vocab`
+    from swarm_node.wire.contract import by_reference  # prompts by reference (SPEC.md 14.6), digits in base `vocab`
     by_ref = len(codec.encode(codec.Packet(**{**packet.__dict__, "groups": by_reference(packet.groups, vocab)})))
     header_and_groups = len(bare) - prompt_bytes
 

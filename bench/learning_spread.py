@@ -65,7 +65,7 @@ def break_learning(how: str) -> None:
     """Monkeypatch the trainer so that learning is broken on purpose (controls only)."""
     import torch
 
-    import swarm_node.trainer as trainer
+    import swarm_node.train.trainer as trainer
 
     if how == "flip":
         policy_loss = trainer.policy_loss

@@ -89,7 +89,7 @@ def logprobs(variant: str, model, prompts, completions, temperature: float):
     ids, attn, targets, mask = right_padded(prompts, completions)
     T = targets.shape[1]
     if variant in ("ours", "ours-c16"):
-        from swarm_node.backend import Policy
+        from swarm_node.train.policy import Policy
 
         class _Tok:  # Policy needs only the special ids here
             eos_token_id, pad_token_id = 1, 0

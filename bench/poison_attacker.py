@@ -78,8 +78,8 @@ class Poisoner:
     def __init__(self, args, peer_id: str):
         import torch
 
-        from swarm_node.backend import Policy
-        from swarm_node.codec import tokenizer_fingerprint
+        from swarm_node.train.policy import Policy
+        from swarm_node.wire.codec import tokenizer_fingerprint
         from swarm_node.config import ModelConfig
         from swarm_node.tasks import load_task
 
@@ -106,8 +106,8 @@ class Poisoner:
         junk (`#### 73\nZ`, reward 0). The negatives push down the gold digits in the context the
         victim decodes; the positives push them up only after a prefix it never writes. Claimed
         log-probs are the public model's own (no forgery needed)."""
-        from swarm_node.codec import Completion, Group
-        from swarm_node.rollout import prompt_tokens
+        from swarm_node.wire.codec import Completion, Group
+        from swarm_node.train.rollout import prompt_tokens
 
         prompt = prompt_tokens(self.policy, self.task, example)
         reference = self.task.reference_completion(example)
@@ -126,8 +126,8 @@ class Poisoner:
         return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), completions)
 
     def group(self, example):
-        from swarm_node.codec import Completion, Group
-        from swarm_node.rollout import prompt_tokens
+        from swarm_node.wire.codec import Completion, Group
+        from swarm_node.train.rollout import prompt_tokens
 
         if self.args.kind == "junk":
             return self.junk_group(example)
@@ -157,8 +157,8 @@ class Poisoner:
         if getattr(self, "_floor", None) is None:
             import torch
 
-            from swarm_node.rollout import prompt_tokens
-            from swarm_node.sampling.hf import HFSampler
+            from swarm_node.train.rollout import prompt_tokens
+            from swarm_node.train.sampling.hf import HFSampler
 
             examples = [self.task.split("train")[i] for i in range(16)]
             prompts = [prompt_tokens(self.policy, self.task, ex) for ex in examples]
@@ -206,13 +206,13 @@ class Poisoner:
     def adaptive_group(self, example):
         import torch
 
-        from swarm_node.codec import Completion, Group
-        from swarm_node.rollout import prompt_tokens
+        from swarm_node.wire.codec import Completion, Group
+        from swarm_node.train.rollout import prompt_tokens
 
         prompt = prompt_tokens(self.policy, self.task, example)
         G, half = self.args.group_size, self.args.group_size // 2
         if self.round < self.args.honest_rounds:  # sleeper: the public model's own samples, honestly scored
-            from swarm_node.sampling.hf import HFSampler
+            from swarm_node.train.sampling.hf import HFSampler
             samples = HFSampler(self.policy).sample([prompt], G, self.max_tokens, 1.0, self.rng.getrandbits(31))[0]
             comps = [Completion(np.asarray(s.tokens, np.uint32), np.asarray(s.logprobs, np.float32), s.finish_reason,
                                 self.task.reward(self.policy.decode(s.tokens), example)) for s in samples]
@@ -248,8 +248,8 @@ class Poisoner:
     def packet(self, r: int) -> bytes:
         import torch
 
-        from swarm_node.codec import Packet, encode
-        from swarm_node.rollout import round_examples
+        from swarm_node.wire.codec import Packet, encode
+        from swarm_node.train.rollout import round_examples
 
         self.round = r
         examples = round_examples(self.task, r, self.args.groups, f"poison/{self.args.seed}")

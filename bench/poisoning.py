@@ -72,7 +72,7 @@ def warm_start() -> str:
     """The public warm-started model (the attacker's copy of the victim's round-0 weights)."""
     from swarm_node.config import load_config
     from swarm_node.tasks import load_task
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     cfg = load_config(None, ["model.name=tiny-s", "task.name=arith", "train.warmstart_steps=600", "threads=1"])
     return warmstarted_model(cfg, load_task("arith", None))

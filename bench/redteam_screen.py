@@ -29,7 +29,7 @@ def main():
                                      safety=0.3, honest_rounds=0, run_id="screen")
         P = Poisoner(args, "screen")
         floor = P.floor_estimate()  # q05(own) - 1 at round 0
-        from swarm_node.rollout import round_examples
+        from swarm_node.train.rollout import round_examples
         examples = round_examples(P.task, 5, a.groups, "poison/0")
         means, texts = [], []
         with torch.no_grad():

@@ -116,7 +116,7 @@ def warm_config(node: Node):
 
 
 def warm_path(node: Node) -> Path:
-    from swarm_node.warmstart import warmstart_path
+    from swarm_node.train.warmstart import warmstart_path
 
     return warmstart_path(warm_config(node))
 
@@ -136,7 +136,7 @@ def warm_one(name: str) -> None:
     import torch
 
     from swarm_node.tasks import load_task
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     torch.set_num_threads(1)
     cfg = warm_config(NODES[name])
@@ -236,10 +236,10 @@ def ood_accuracy(node: Node, checkpoint: Path | None, limit: int) -> float:
     """Greedy pass@1 on the OOD set of the warm start (checkpoint None) or of a final checkpoint."""
     import torch
 
-    from swarm_node.backend import Policy
+    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
-    from swarm_node.evaluate import pass_at_1
-    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.train.evaluate import pass_at_1
+    from swarm_node.train.sampling.hf import HFSampler
     from swarm_node.tasks import load_task
 
     torch.set_num_threads(1)

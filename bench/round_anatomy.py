@@ -66,15 +66,15 @@ def worker(args) -> None:
     """One node: node.run with timers wrapped around the library's stages; rows -> args.result."""
     import torch
 
-    import swarm_node.admit as admit_mod
-    import swarm_node.exchange as exchange_mod
+    import swarm_node.swarm.admit as admit_mod
+    import swarm_node.swarm.exchange as exchange_mod
     import swarm_node.node as node_mod
-    import swarm_node.rollout as rollout_mod
-    import swarm_node.trainer as trainer_mod
-    from swarm_node.backend import Policy
+    import swarm_node.train.rollout as rollout_mod
+    import swarm_node.train.trainer as trainer_mod
+    from swarm_node.train.policy import Policy
     from swarm_node.config import load_config
     from swarm_node.net.hivemind import HivemindTransport
-    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.train.sampling.hf import HFSampler
 
     timers = C.Timers(sync=torch.cuda.synchronize if args.device.startswith("cuda") else None)
     where = {"eval": False}
@@ -267,7 +267,7 @@ def main() -> None:
         C.single_thread()
         from swarm_node.config import load_config
         from swarm_node.tasks import load_task
-        from swarm_node.warmstart import warmstarted_model
+        from swarm_node.train.warmstart import warmstarted_model
 
         cfg = load_config(None, node_overrides(args, "/tmp/unused", False))
         t = time.perf_counter()

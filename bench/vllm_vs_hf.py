@@ -45,7 +45,8 @@ def bench_policy(name: str):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from swarm_node.backend import CHAR_VOCAB, PRESETS, Policy, char_tokenizer
+    from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer
+    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
 
     if name in PRESETS:
@@ -72,9 +73,9 @@ def time_sampling(sampler, prompts, args) -> dict:
 
 
 def generation(name: str, args) -> dict:
-    from swarm_node.rollout import prompt_tokens
-    from swarm_node.sampling.hf import HFSampler
-    from swarm_node.sampling.vllm import VLLMSampler
+    from swarm_node.train.rollout import prompt_tokens
+    from swarm_node.train.sampling.hf import HFSampler
+    from swarm_node.train.sampling.vllm import VLLMSampler
     from swarm_node.tasks import load_task
 
     policy = bench_policy(name)
@@ -107,7 +108,7 @@ def node_round(kind: str, variant: str, args, out: Path) -> dict:
     """`swarm-node train` with sampler `kind` (the config's choice where it exists, else node.build patched)."""
     import swarm_node.node as node_module
     from swarm_node.config import ModelConfig, load_config
-    from swarm_node.sampling.vllm import VLLMSampler
+    from swarm_node.train.sampling.vllm import VLLMSampler
 
     overrides = ["model.name=tiny-v", "model.device=cpu", f"train.rounds={args.rounds}", "train.eval_every=0",
                  "train.checkpoint_every=0", "train.lr=1e-5", "rollout.group_size=12", "rollout.prompts_per_round=2",
@@ -152,7 +153,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from swarm_node.sampling.vllm import vllm_installed
+    from swarm_node.train.sampling.vllm import vllm_installed
 
     if not vllm_installed():
         sys.exit("vllm is not installed here: run this with .venv-vllm/bin/python (make test-vllm builds it)")

@@ -73,12 +73,12 @@ def coin_reward(seed: int):
 def run_ours(args) -> dict:
     import torch
 
-    import swarm_node.rollout as rollout
-    from swarm_node.backend import Policy
+    import swarm_node.train.rollout as rollout
+    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
-    from swarm_node.trainer import Trainer
+    from swarm_node.train.trainer import Trainer
 
-    import swarm_node.trainer as trainer_mod
+    import swarm_node.train.trainer as trainer_mod
 
     cfg, task = task_and_config(args)
     policy = Policy.load(ModelConfig(name=args.model, device="cpu", dtype="float32"))
@@ -127,7 +127,7 @@ def run_trl(args) -> dict:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from swarm_node.backend import load_tokenizer
+    from swarm_node.train.presets import load_tokenizer
 
     cfg, task = task_and_config(args)
     train = task.split("train")
@@ -205,15 +205,15 @@ def worker(args) -> None:
 
 # ------------------------------------------------------------------------------------------ parent
 def prepare_model(args) -> str:
-    """The warm-started model directory both sides load (cached by swarm_node.warmstart)."""
+    """The warm-started model directory both sides load (cached by swarm_node.train.warmstart)."""
     C.single_thread()
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     cfg, task = task_and_config(args)
     if args.warmstart_steps == 0:
         import tempfile as tf
 
-        from swarm_node.backend import Policy
+        from swarm_node.train.policy import Policy
 
         path = tf.mkdtemp(prefix="bench-model-")
         Policy.load(cfg.model).save(path)

@@ -20,11 +20,11 @@ import msgpack
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from swarm_node.codec import (MAX_COMPLETIONS, MAX_GROUPS, MAX_PROMPT_TOKENS, MAX_STR_BYTES, MAX_TOKENS, MAX_UINT,  # noqa: E402
+from swarm_node.wire.codec import (MAX_COMPLETIONS, MAX_GROUPS, MAX_PROMPT_TOKENS, MAX_STR_BYTES, MAX_TOKENS, MAX_UINT,  # noqa: E402
                               Completion, Group, Packet, VocabError, decode, digest, encode, tokenizer_fingerprint)
-from swarm_node.contract import write_task_vectors  # noqa: E402
-from swarm_node.protocol_cli import vocab_from_tokenizer_json  # noqa: E402
-from swarm_node.packet_json import dumps, packet_to_json  # noqa: E402
+from swarm_node.wire.contract import write_task_vectors  # noqa: E402
+from swarm_node.commands.protocol import vocab_from_tokenizer_json  # noqa: E402
+from swarm_node.wire.packet_json import dumps, packet_to_json  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "vectors"
 SENDER = "12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"

@@ -8,7 +8,7 @@ whatever `a` is) and at most `per_logger` records of each logger (for libraries 
 messages themselves, e.g. hivemind's f-strings); the next line let through says how many were
 suppressed:
 
-    12:00:11 WARNING swarm_node.exchange: rejected packet sha256:ab.. from Qm..: stale [+431 repeats suppressed]
+    12:00:11 WARNING swarm_node.swarm.exchange: rejected packet sha256:ab.. from Qm..: stale [+431 repeats suppressed]
 
 INFO and DEBUG records always pass (the node's one line per round is INFO). Install one filter
 on every handler, so the file and stderr agree:

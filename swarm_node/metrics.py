@@ -21,7 +21,7 @@ from swarm_node.fsutil import write_atomic
 log = logging.getLogger(__name__)
 
 # ---- metric keys: written once here, used by the stages that produce them and by readers -------
-# (the loss's own keys, `is/*`, `filter/*`, `loss/*`, are `swarm_node.loss.STAT_KEYS`)
+# (the loss's own keys, `is/*`, `filter/*`, `loss/*`, are `swarm_node.train.loss.STAT_KEYS`)
 ROUND, NODE = "round", "node"
 REWARD_MEAN, FORMAT_FAIL_FRAC = "reward/mean", "reward/format_fail_frac"
 EVAL_ACCURACY, EVAL_N, OOD_ACCURACY, OOD_N = "eval/accuracy", "eval/n", "ood/accuracy", "ood/n"

@@ -22,29 +22,29 @@ from pathlib import Path
 import torch
 
 from swarm_node import metrics as M
-from swarm_node.admit import Admission, Expectations
-from swarm_node.backend import Policy
-from swarm_node.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from swarm_node.codec import tokenizer_fingerprint
+from swarm_node.swarm.admit import Admission, Expectations
+from swarm_node.train.policy import Policy
+from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm_node.wire.codec import tokenizer_fingerprint
 from swarm_node.config import NodeConfig
-from swarm_node.contract import manifest_for, prompt_base
-from swarm_node.defaults import resolve as resolve_defaults
+from swarm_node.wire.contract import manifest_for, prompt_base
+from swarm_node.train.defaults import resolve as resolve_defaults
 from swarm_node.errors import SwarmNodeError
-from swarm_node.evaluate import held_out, pass_at_1
-from swarm_node.exchange import Exchange
+from swarm_node.train.evaluate import held_out, pass_at_1
+from swarm_node.swarm.exchange import Exchange
 from swarm_node.metrics import MetricsWriter, drop_rounds_after, summary_line
-from swarm_node.models import plan_node_memory
+from swarm_node.train.models import plan_node_memory
 from swarm_node.net import Transport
-from swarm_node.rollout import (OWN, RolloutBuffer, combine, format_fail_frac, generate_groups, group_stats,
+from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, format_fail_frac, generate_groups, group_stats,
                                 draws_key, prompt_tokens, round_examples, round_seed)
-from swarm_node.sampling import Sampler
-from swarm_node.sampling.hf import HFSampler
-from swarm_node.sampling.mismatch import own_sample_mismatch
+from swarm_node.train.sampling import Sampler
+from swarm_node.train.sampling.hf import HFSampler
+from swarm_node.train.sampling.mismatch import own_sample_mismatch
 from swarm_node.status import StatusFile
 from swarm_node.tasks import Task, load_task
 from swarm_node.tracking import check_trackers, open_tracker
-from swarm_node.trainer import Trainer
-from swarm_node.warmstart import warmstarted_model
+from swarm_node.train.trainer import Trainer
+from swarm_node.train.warmstart import warmstarted_model
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
 
 def build_sampler(cfg: NodeConfig, policy: Policy) -> Sampler:
     """model.sampler: hf samples from the trained model itself; vllm from an engine synced after every step."""
-    from swarm_node.sampling.vllm import VLLMSampler, default_sampler
+    from swarm_node.train.sampling.vllm import VLLMSampler, default_sampler
 
     kind = default_sampler() if cfg.model.sampler == "auto" else cfg.model.sampler
     log.info("sampler: %s", kind)

@@ -38,7 +38,7 @@ from collections import Counter
 
 import numpy as np
 
-from swarm_node.codec import digest as packet_digest
+from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net.hivemind import HivemindTransport
 
@@ -84,8 +84,8 @@ class Crafter:
     def __init__(self, args, peer_id: str):
         import torch
 
-        from swarm_node.backend import Policy
-        from swarm_node.codec import tokenizer_fingerprint
+        from swarm_node.train.policy import Policy
+        from swarm_node.wire.codec import tokenizer_fingerprint
         from swarm_node.config import ModelConfig, RolloutConfig
         from swarm_node.tasks import load_task
 
@@ -97,14 +97,14 @@ class Crafter:
         self.run_id, self.peer_id = args.run_id, peer_id
 
     def groups(self, r: int):
-        from swarm_node.rollout import generate_groups, round_examples
-        from swarm_node.sampling.hf import HFSampler
+        from swarm_node.train.rollout import generate_groups, round_examples
+        from swarm_node.train.sampling.hf import HFSampler
 
         examples = round_examples(self.task, r, self.rollout.prompts_per_round, "adversary")
         return generate_groups(HFSampler(self.policy), self.policy, self.task, examples, self.rollout, seed=1234 + r)
 
     def packet(self, r: int, groups, **changes):
-        from swarm_node.codec import Packet
+        from swarm_node.wire.codec import Packet
 
         fields = dict(run_id=self.run_id, sender=self.peer_id, model_id=self.policy.model_id, tokenizer=self.tokenizer,
                       policy_version=r, round=r, mode="vertical", groups=groups)
@@ -112,7 +112,7 @@ class Crafter:
 
     def attack(self, kind: str, r: int, honest: list[tuple[str, str]], fetch) -> bytes | None:
         """Bytes of this round's attack packet of `kind` (None if it cannot be built now)."""
-        from swarm_node.codec import Completion, Group, _normalize, _pieces, encode
+        from swarm_node.wire.codec import Completion, Group, _normalize, _pieces, encode
 
         groups = self.groups(r)
         self.last = copy.deepcopy(groups)  # untampered, for the flood
@@ -134,7 +134,7 @@ class Crafter:
         if kind == "held_out":
             example = self.task.split("test")[r % 50]
             ref = np.asarray(self.policy.encode(self.task.reference_completion(example)), dtype=np.uint32)
-            from swarm_node.rollout import prompt_tokens
+            from swarm_node.train.rollout import prompt_tokens
 
             completions = [Completion(ref, np.full(len(ref), -0.1, np.float32), "stop", 1.0)] + groups[0].completions[1:]
             groups[0] = Group(groups[0].task, example.id, np.asarray(prompt_tokens(self.policy, self.task, example),
@@ -172,7 +172,7 @@ class Crafter:
 
     def flood(self, r: int, n: int) -> list[bytes]:
         """`n` valid packets for round `r` with distinct digests (the last attack's groups, re-stamped)."""
-        from swarm_node.codec import encode
+        from swarm_node.wire.codec import encode
 
         return [encode(self.packet(r, self.last, created_at=i + 1)) for i in range(n)]
 
@@ -303,7 +303,7 @@ def offer_each_round(swarm: HostileTransport, args, t_end: float, summary: dict,
 def echo(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
     """The honest peers' own packets, re-signed: our id as sender, a new created_at, every reward
     claimed 1 (new bytes, so not de-duplicated; each passes every check but the echo check)."""
-    from swarm_node.codec import decode, encode
+    from swarm_node.wire.codec import decode, encode
 
     done: set[str] = set()
 
@@ -330,7 +330,7 @@ def echo(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> in
 def amplify(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
     """Valid packets (real prompts, real completions of its model) whose groups hold --group-size
     completions (e.g. 64 where the run samples 4): compute amplification if a receiver trains on them."""
-    from swarm_node.codec import encode
+    from swarm_node.wire.codec import encode
 
     crafter = Crafter(args, swarm.peer_id)
     swarm.tokenizer, swarm.model_id = crafter.tokenizer, crafter.policy.model_id

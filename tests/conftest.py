@@ -26,7 +26,7 @@ def arith():
 
 @pytest.fixture
 def tiny_policy():
-    from swarm_node.backend import Policy
+    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
 
     return Policy.load(ModelConfig(name="tiny-s", init_seed=0))

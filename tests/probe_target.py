@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from swarm_node.codec import Packet, encode
+from swarm_node.wire.codec import Packet, encode
 from swarm_node.config import SwarmConfig
 from swarm_node.net.announce import Mesh
 from swarm_node.net.hivemind import HivemindTransport

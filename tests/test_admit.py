@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 
-from swarm_node.codec import Packet, encode, tokenizer_fingerprint
-from swarm_node.admit import Admission, Expectations, Rejected
+from swarm_node.wire.codec import Packet, encode, tokenizer_fingerprint
+from swarm_node.swarm import Rejected
+from swarm_node.swarm.admit import Admission, Expectations
 from swarm_node.config import RolloutConfig
 from swarm_node.net import Received
-from swarm_node.rollout import generate_groups, round_examples
-from swarm_node.sampling.hf import HFSampler
+from swarm_node.train.rollout import generate_groups, round_examples
+from swarm_node.train.sampling.hf import HFSampler
 
 PEER = "QmPeerA"
 
@@ -35,7 +36,7 @@ def accept_packet(data, remote, expect, task, policy, offered_round=None):
     """Admit `data` fetched from `remote` (announced for `offered_round`, default: the packet's own round)."""
     if offered_round is None:
         try:
-            from swarm_node.codec import decode
+            from swarm_node.wire.codec import decode
             offered_round = decode(data).round
         except Exception:
             offered_round = ROUND

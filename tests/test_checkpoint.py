@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarm_node.backend import Policy
-from swarm_node.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm_node.train.policy import Policy
+from swarm_node.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from swarm_node.config import ModelConfig, NodeConfig
 
 
@@ -70,7 +70,7 @@ def test_torch_save_on_a_full_disk_is_named_as_such(tmp_path, tiny_policy, monke
     16 MiB tmpfs); the message must say the disk is full."""
     import shutil
 
-    from swarm_node import checkpoint
+    from swarm_node.train import checkpoint
 
     def failing_save(obj, path, *a, **k):
         Path(path).write_bytes(b"x" * 1000)

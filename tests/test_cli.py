@@ -5,7 +5,7 @@ import sys
 
 from typer.testing import CliRunner
 
-from swarm_node.cli import app
+from swarm_node.commands.cli import app
 
 runner = CliRunner()
 
@@ -56,9 +56,9 @@ def test_a_bug_shows_its_traceback_and_a_user_error_does_not(tmp_path):
     """Only user-caused errors (SwarmNodeError) become one `error:` line; a programmer error, here a
     shape mismatch planted in the trainer (the loss raises ValueError for it, which the CLI used to
     swallow as a user error), must reach the user with its full traceback."""
-    planted = ("import sys, torch, swarm_node.trainer as t\n"
+    planted = ("import sys, torch, swarm_node.train.trainer as t\n"
                "t.Trainer.step = lambda self, groups, untrusted=None: t.group_advantages(torch.zeros(2), torch.zeros(3))\n"
-               "from swarm_node.cli import app\n"
+               "from swarm_node.commands.cli import app\n"
                "sys.argv = ['swarm-node'] + sys.argv[1:]\n"
                "app()\n")
     args = ["train", "--rounds", "1", "--out", str(tmp_path / "run"), "--set", "task.eval_limit=2",

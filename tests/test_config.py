@@ -7,7 +7,7 @@ from swarm_node.config import ConfigError, NodeConfig, load_config
 
 
 def test_defaults_follow_the_paper():
-    from swarm_node.defaults import resolve_model_defaults
+    from swarm_node.train.defaults import resolve_model_defaults
 
     cfg, _ = resolve_model_defaults(load_config(None, ["model.name=Qwen/Qwen2.5-3B"]))
     assert cfg.rollout.group_size == 12 and cfg.rollout.prompts_per_round == 2  # batch 24

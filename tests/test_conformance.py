@@ -1,4 +1,4 @@
-"""Tests for the conformance harness (swarm_node.conformance, `swarm-node protocol conformance`)."""
+"""Tests for the conformance harness (swarm_node.wire.conformance, `swarm-node protocol conformance`)."""
 from __future__ import annotations
 
 import json
@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from swarm_node import conformance
-from swarm_node.conformance import Case, Outcome, judge
-from swarm_node.packet_json import loads
-from swarm_node.protocol_cli import protocol_app
+from swarm_node.wire import conformance
+from swarm_node.wire.conformance import Case, Outcome, judge
+from swarm_node.wire.packet_json import loads
+from swarm_node.commands.protocol import protocol_app
 
 VECTORS = Path(__file__).resolve().parent.parent / "protocol" / "vectors"
 PY = sys.executable
-REFERENCE_DECODER = f"{PY} -m swarm_node.protocol_cli decode {{file}} --vocab-size {{vocab_size}}"  # no torch import: fast
+REFERENCE_DECODER = f"{PY} -m swarm_node.commands.protocol decode {{file}} --vocab-size {{vocab_size}}"  # no torch import: fast
 
 
 def run(*args):
@@ -133,8 +133,8 @@ def test_harness_needs_vectors(tmp_path):
 def test_harness_passes_our_own_codec_run_as_external_commands():
     """The reference decoder run as a third party would (`python -m swarm_node protocol decode`), plus encoder and fingerprint."""
     r = run("conformance", "--impl", f"{PY} -m swarm_node protocol decode {{file}} --vocab-size {{vocab_size}}",
-            "--encoder", f"{PY} -m swarm_node.protocol_cli encode {{file}} -o -",
-            "--fingerprint", f"{PY} -m swarm_node.protocol_cli fingerprint {{file}}", "--timeout", "120")
+            "--encoder", f"{PY} -m swarm_node.commands.protocol encode {{file}} -o -",
+            "--fingerprint", f"{PY} -m swarm_node.commands.protocol fingerprint {{file}}", "--timeout", "120")
     assert r.exit_code == 0, r.output
     lines = r.stdout.strip().splitlines()
     n_vectors = len(list(VECTORS.glob("*.msgpack")))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_node.contract import RunManifest, check_task_vectors, task_vectors
+from swarm_node.wire.contract import RunManifest, check_task_vectors, task_vectors
 
 VECTORS = Path(__file__).resolve().parents[1] / "protocol" / "vectors" / "tasks.json"
 
@@ -152,7 +152,7 @@ GSM8K_TRAIN_EXAMPLES = "sha256:f469c09c3550e0269b0c38d5237d1868d461f8866f5c977a1
 
 
 def test_gsm8k_dataset_identity_of_the_official_files_is_the_one_the_spec_quotes():
-    from swarm_node.contract import dataset_identity
+    from swarm_node.wire.contract import dataset_identity
     from swarm_node.tasks import load_task
     from test_tasks import real_data
 
@@ -163,8 +163,8 @@ def test_gsm8k_dataset_identity_of_the_official_files_is_the_one_the_spec_quotes
 
 
 def test_the_char_v1_vectors_are_what_the_tiny_models_tokenizer_does():
-    from swarm_node.backend import CHAR_VOCAB, char_tokenizer
-    from swarm_node.codec import tokenizer_fingerprint
+    from swarm_node.train.presets import CHAR_VOCAB, char_tokenizer
+    from swarm_node.wire.codec import tokenizer_fingerprint
 
     want = json.loads(VECTORS.read_text())
     tok = char_tokenizer()
@@ -178,11 +178,12 @@ def test_the_char_v1_vectors_are_what_the_tiny_models_tokenizer_does():
 def test_prompts_by_reference_are_accepted_only_in_sha256_mode_and_restored_for_training(tiny_policy, arith):
     import numpy as np
 
-    from swarm_node.admit import Admission, Expectations, Rejected
-    from swarm_node.codec import Completion, Group, Packet, digest, encode, tokenizer_fingerprint
-    from swarm_node.contract import by_reference, prompt_base, prompt_digest
+    from swarm_node.swarm import Rejected
+    from swarm_node.swarm.admit import Admission, Expectations
+    from swarm_node.wire.codec import Completion, Group, Packet, digest, encode, tokenizer_fingerprint
+    from swarm_node.wire.contract import by_reference, prompt_base, prompt_digest
     from swarm_node.net import Received
-    from swarm_node.rollout import prompt_tokens
+    from swarm_node.train.rollout import prompt_tokens
 
     ex = arith.example("train/0")
     ours = np.asarray(prompt_tokens(tiny_policy, arith, ex), dtype=np.uint32)
@@ -219,8 +220,8 @@ def test_prompts_by_reference_are_accepted_only_in_sha256_mode_and_restored_for_
 def test_prompts_by_reference_save_the_prompt_bytes_of_a_paper_round():
     import numpy as np
 
-    from swarm_node.codec import Completion, Group, Packet, encode
-    from swarm_node.contract import by_reference
+    from swarm_node.wire.codec import Completion, Group, Packet, encode
+    from swarm_node.wire.contract import by_reference
 
     rng = np.random.default_rng(0)
     comp = [Completion(rng.integers(0, 151_000, 200).astype(np.uint32), -rng.random(200).astype(np.float32), "stop", 1.0)

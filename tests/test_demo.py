@@ -19,12 +19,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from swarm_node import cli
+from swarm_node.commands import cli
 from swarm_node.config import ConfigError
-from swarm_node.demo import run as demo
-from swarm_node.demo.live import NodeView
-from swarm_node.demo.processes import CHILD_ENV, DemoError, NodeProc, stop_processes, wait_until_up
-from swarm_node.demo.warmstart_pool import group_by_recipe, warm_start
+from swarm_node.commands.demo import run as demo
+from swarm_node.commands.demo.live import NodeView
+from swarm_node.harness.processes import CHILD_ENV, DemoError, NodeProc, stop_processes, wait_until_up
+from swarm_node.harness.warmstart_pool import group_by_recipe, warm_start
 from swarm_node.status import StatusFile, read_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_node_command_lines_are_valid_cli_invocations(kind, tmp_path, monkeypatc
         seen.update(cfg=cfg, connect=connect)
 
     monkeypatch.setattr("swarm_node.node.run", fake_run)
-    monkeypatch.setattr("swarm_node.exchange.Exchange", lambda *args, **kwargs: None)
+    monkeypatch.setattr("swarm_node.swarm.exchange.Exchange", lambda *args, **kwargs: None)
     monkeypatch.setattr(cli, "setup_logging", lambda out, verbose: None)
     result = CliRunner().invoke(cli.app, argv[3:])
     assert result.exit_code == 0, result.output
@@ -109,8 +109,8 @@ def test_node_view_tails_metrics_across_partial_writes(tmp_path):
 
 def test_the_demo_reads_only_metric_keys_the_node_writes():
     from swarm_node import metrics
-    from swarm_node.demo import live, plots
-    from swarm_node.loss import STAT_KEYS
+    from swarm_node.commands.demo import live, plots
+    from swarm_node.train.loss import STAT_KEYS
 
     written = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str)} | set(STAT_KEYS)
     assert set(live.METRIC_KEYS) <= written and set(plots.METRIC_KEYS) <= written

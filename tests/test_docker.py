@@ -21,7 +21,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from swarm_node import cli
+from swarm_node.commands import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"

@@ -1,4 +1,4 @@
-"""Tests for swarm_node.doctor: every check runs on this CPU machine (GPU ones report "no GPU"),
+"""Tests for swarm_node.commands.doctor: every check runs on this CPU machine (GPU ones report "no GPU"),
 with a real libp2p daemon, a real peer on 127.0.0.1, real data, and the typer command."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from swarm_node.doctor import NO_GPU, Check, doctor_command, render, run_checks, smoke_rounds
+from swarm_node.commands.doctor import NO_GPU, Check, doctor_command, render, run_checks, smoke_rounds
 
 CHECKS = ["python", "torch", "cuda", "gpu", "bf16", "model", "memory", "libp2p", "peers", "listen address",
           "reachable from outside", "task data", "disk", "gpu smoke"]

@@ -7,14 +7,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from swarm_node.admit import Admission, Expectations
-from swarm_node.codec import Completion, Group, Packet, decode, encode, tokenizer_fingerprint
-from swarm_node.codec import digest as packet_digest
+from swarm_node.swarm.admit import Admission, Expectations
+from swarm_node.wire.codec import Completion, Group, Packet, decode, encode, tokenizer_fingerprint
+from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import RolloutConfig, load_config
-from swarm_node.exchange import Exchange, group_fingerprint
+from swarm_node.swarm.exchange import Exchange, group_fingerprint
 from swarm_node.net import Collected, PeerInfo, Received
-from swarm_node.rollout import generate_groups, round_examples
-from swarm_node.sampling.hf import HFSampler
+from swarm_node.train.rollout import generate_groups, round_examples
+from swarm_node.train.sampling.hf import HFSampler
 
 
 def _group(seed: int) -> Group:

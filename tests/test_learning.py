@@ -33,7 +33,7 @@ MKL_CBWR=COMPATIBLE (MKL's vendor-neutral sgemm; MKL takes other code paths on I
     worst case: the four lowest of the 16 runs average gain 0.075 and reward gain 0.037.
 torch.backends.mkldnn.enabled=False and 2 torch threads are bit-identical to native here.
 
-It fails when learning is broken. This test itself, run with swarm_node.trainer.policy_loss
+It fails when learning is broken. This test itself, run with swarm_node.train.trainer.policy_loss
 returning -loss (a sitecustomize.py on PYTHONPATH, so the workers get it too): held-out pass@1 -> 0
 on every seed, mean gain -0.421, reward gain -0.095, FAILED. The script's controls (seeds 0-2):
 flipped sign -0.443 / -0.098; advantages shuffled across the batch (updates of the same size, no

@@ -1,4 +1,4 @@
-"""Tests for swarm_node.loss: hand-computed numbers, a naive loop reference, properties."""
+"""Tests for swarm_node.train.loss: hand-computed numbers, a naive loop reference, properties."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm_node.loss import LossConfig, group_advantages, policy_loss, sequence_divergence
+from swarm_node.train.loss import LossConfig, group_advantages, policy_loss, sequence_divergence
 
 ALL_VARIANTS = ["nois", "grpo", "vis", "tis", "f-nois", "f-vis", "f-tis"]
 D64 = torch.float64
@@ -405,7 +405,7 @@ def test_property_padding_length_invariance(seed, pad, variant, reduce):
 
 
 def test_teach_only_scales_only_untrusted_negatives():
-    from swarm_node.loss import teach_only
+    from swarm_node.train.loss import teach_only
 
     adv = torch.tensor([-1.5, 0.5, -0.25, 2.0, 0.0])
     untrusted = torch.tensor([True, True, False, False, True])
@@ -419,7 +419,7 @@ def test_teach_only_scales_only_untrusted_negatives():
 
 
 def test_implausible_flags_sequences_whose_mean_logprob_is_below_the_floor():
-    from swarm_node.loss import implausible
+    from swarm_node.train.loss import implausible
 
     logp = torch.tensor([[-0.2, -0.4, 0.0], [-5.0, -4.0, -6.0], [-9.0, -0.1, -0.1], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0]])
@@ -431,7 +431,7 @@ def test_implausible_flags_sequences_whose_mean_logprob_is_below_the_floor():
 
 
 def test_implausible_also_flags_one_token_below_the_token_floor():
-    from swarm_node.loss import implausible
+    from swarm_node.train.loss import implausible
 
     logp = torch.tensor([[-0.1, -0.1, -0.1, -0.1, -9.0, -0.1, -0.1, -0.1, -0.1, -0.1]])  # mean -0.99: a needle
     mask = torch.ones_like(logp)

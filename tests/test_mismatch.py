@@ -5,9 +5,9 @@ import math
 import torch
 
 from swarm_node.config import RolloutConfig
-from swarm_node.rollout import generate_groups, round_examples
-from swarm_node.sampling import mismatch as MM
-from swarm_node.sampling.hf import HFSampler
+from swarm_node.train.rollout import generate_groups, round_examples
+from swarm_node.train.sampling import mismatch as MM
+from swarm_node.train.sampling.hf import HFSampler
 
 
 def test_stats_over_completion_tokens_only():

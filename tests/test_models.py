@@ -1,4 +1,4 @@
-"""Tests for swarm_node.models: model names, load errors, sizes, precision plan, memory estimate.
+"""Tests for swarm_node.train.models: model names, load errors, sizes, precision plan, memory estimate.
 
 The memory estimate is checked against measurements on the tiny-l preset on CPU: bytes saved for
 backward (counted with autograd's saved-tensor hooks) and the peak of torch's CPU allocations
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from swarm_node.errors import SwarmNodeError
-from swarm_node.models import (QWEN25, ModelDims, ModelNameError, estimate_memory, fit_memory, hub_reachable,
+from swarm_node.train.models import (QWEN25, ModelDims, ModelNameError, estimate_memory, fit_memory, hub_reachable,
                                lora_trainable_params, model_load_error, plan_precision, resolve_model_name)
 
 SIZES = ("0.5", "1.5", "3", "7", "14", "32")
@@ -63,7 +63,7 @@ def test_unknown_size_is_a_user_error(typed):
 
 _REAL_LOAD = textwrap.dedent("""
     from transformers import AutoTokenizer
-    from swarm_node.models import model_load_error, resolve_model_name
+    from swarm_node.train.models import model_load_error, resolve_model_name
     try:
         AutoTokenizer.from_pretrained(resolve_model_name("Qwen2.5-3B"))
     except Exception as e:
@@ -187,7 +187,7 @@ def test_qwen25_3b_published_dims_and_lookup():
 
 @pytest.mark.parametrize("preset", ["tiny-s", "tiny-m", "tiny-l"])
 def test_preset_dims_match_the_built_model(preset, tmp_path):
-    from swarm_node.backend import preset_model
+    from swarm_node.train.presets import preset_model
 
     model = preset_model(preset, seed=0)
     dims = ModelDims.lookup(preset)
@@ -198,7 +198,7 @@ def test_preset_dims_match_the_built_model(preset, tmp_path):
 
 
 def test_lora_count_matches_peft():
-    from swarm_node.backend import Policy
+    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
 
     for r, targets in ((8, ["q_proj", "v_proj"]), (4, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
@@ -265,7 +265,7 @@ def _saved_activation_bytes(model, autocast: bool = False) -> int:
 ])
 def test_activation_estimate_matches_saved_tensors(dtype, autocast, plan):
     """Within 25 % of what autograd really saves (estimate / measured here: 1.05, 1.11, 0.98)."""
-    from swarm_node.backend import preset_model
+    from swarm_node.train.presets import preset_model
 
     model = preset_model("tiny-l", seed=0).to(dtype).train()
     measured = _saved_activation_bytes(model, autocast)
@@ -301,7 +301,7 @@ def _peak_step_bytes(policy, optimizer) -> int:
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_train_peak_estimate_within_factor_two_of_measured(checkpointing):
     """tiny-l, fp32 on CPU, 8 x 224 tokens: measured 203 MiB (73 MiB checkpointed), estimated 235 (81)."""
-    from swarm_node.backend import Policy
+    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
 
     policy = Policy.load(ModelConfig(name="tiny-l"))

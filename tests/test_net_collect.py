@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections import Counter
 
-from swarm_node.codec import digest as packet_digest
+from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.net import PeerInfo
 from swarm_node.net.collect import MAX_REMEMBERED, CollectLimits, Delivery, collect_offers
 

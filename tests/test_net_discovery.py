@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from swarm_node.codec import digest as packet_digest
+from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.net import SwarmError
 from swarm_node.net.announce import ISOLATED_RETRY_S, MAX_RETRY_S, Mesh, MeshParams, fanout
 from swarm_node.net.driver import MeshDriver, OldVersion

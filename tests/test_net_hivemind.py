@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from swarm_node.codec import digest as packet_digest
+from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net import SwarmError
 from swarm_node.net.hivemind import HivemindTransport

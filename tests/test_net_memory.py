@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from swarm_node.codec import digest
+from swarm_node.wire.codec import digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net import PeerInfo, SwarmError, Transport
 from swarm_node.net.hivemind import HivemindTransport

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from swarm_node.codec import digest as packet_digest
+from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net import PeerInfo
 from swarm_node.net.memory import MemoryNetwork, MemoryTransport

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from swarm_node.codec import digest as packet_digest
+from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.net.records import (
     ANNOUNCE_PROTOCOL, ANNOUNCE_PROTOCOLS, FETCH_PROTOCOL, FETCH_PROTOCOLS, LEGACY_ANNOUNCE_PROTOCOL,
     LEGACY_FETCH_PROTOCOL,

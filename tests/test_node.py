@@ -6,8 +6,8 @@ import pytest
 import torch
 import yaml
 
-from swarm_node.backend import Policy
-from swarm_node.codec import decode
+from swarm_node.train.policy import Policy
+from swarm_node.wire.codec import decode
 from swarm_node.config import ModelConfig
 
 from swarm_node.config import load_config
@@ -66,7 +66,7 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
     from swarm_node.net.memory import MemoryNetwork, MemoryTransport
 
     from swarm_node.tasks import load_task
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     class RecordingNetwork(MemoryNetwork):
         def __init__(self):

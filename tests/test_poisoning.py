@@ -42,7 +42,7 @@ def public_warm_start() -> str:
     """The warm start every tiny-s node of this recipe shares (the attacker's copy of V's round 0)."""
     from swarm_node.config import load_config
     from swarm_node.tasks import load_task
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     cfg = load_config(None, ["model.name=tiny-s", "task.name=arith", "train.warmstart_steps=800", "threads=1"])
     return warmstarted_model(cfg, load_task("arith", None, **cfg.task.options))

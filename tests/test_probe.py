@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def probe(addr: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swarm_node.protocol_cli", "conformance", "--peer", addr,
+    return subprocess.run([sys.executable, "-m", "swarm_node.commands.protocol", "conformance", "--peer", addr,
                            "--run-id", "probe-run", "--listen", "/ip4/127.0.0.1/tcp/0"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -44,9 +44,9 @@ def test_the_probe_passes_our_node_and_reports_each_failure_of_a_broken_one(proc
 
 
 def test_conformance_needs_an_implementation_or_a_peer():
-    r = subprocess.run([sys.executable, "-m", "swarm_node.protocol_cli", "conformance"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "swarm_node.commands.protocol", "conformance"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "give --impl" in r.stderr + r.stdout
-    r = subprocess.run([sys.executable, "-m", "swarm_node.protocol_cli", "conformance", "--peer", "/ip4/127.0.0.1/tcp/1"],
+    r = subprocess.run([sys.executable, "-m", "swarm_node.commands.protocol", "conformance", "--peer", "/ip4/127.0.0.1/tcp/1"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "/p2p/<peer id>" in r.stderr + r.stdout

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from swarm_node.sources import installed
+from swarm_node.train.sources import installed
 
 pytestmark = pytest.mark.skipif(installed("qwen2.5-tokenizer") is None,
                                 reason="qwen2.5-tokenizer is not installed: run `make models` "
@@ -40,7 +40,7 @@ def tiny_qwen(instruct):
     """A random-init Qwen2 model with Qwen2.5's padded embedding (151,936 rows) and the real tokenizer."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from swarm_node.backend import Policy
+    from swarm_node.train.policy import Policy
 
     config = Qwen2Config(vocab_size=151_936, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True,
@@ -50,7 +50,7 @@ def tiny_qwen(instruct):
 
 
 def test_the_vocabulary_is_qwen25s_and_its_fingerprint_is_pinned(instruct):
-    from swarm_node.codec import tokenizer_fingerprint
+    from swarm_node.wire.codec import tokenizer_fingerprint
 
     assert len(instruct) == 151_665 and instruct.vocab_size == 151_643
     assert instruct.convert_ids_to_tokens([151643, IM_START, IM_END, 151664]) == [
@@ -106,12 +106,12 @@ def test_chunked_logprobs_over_the_real_vocabulary_equal_a_full_log_softmax(tiny
 def test_packets_with_real_token_ids_round_trip_and_are_admitted(tiny_qwen):
     """Sampled ids span the real vocabulary (many above 65,535), never the 271 padding rows, and a
     peer with the same tokenizer admits the packet: same prompt ids, rewards recomputed."""
-    from swarm_node.admit import Admission, Expectations
-    from swarm_node.codec import Packet, decode, encode, tokenizer_fingerprint
+    from swarm_node.swarm.admit import Admission, Expectations
+    from swarm_node.wire.codec import Packet, decode, encode, tokenizer_fingerprint
     from swarm_node.config import RolloutConfig
     from swarm_node.net import Received
-    from swarm_node.rollout import generate_groups, round_examples
-    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.train.rollout import generate_groups, round_examples
+    from swarm_node.train.sampling.hf import HFSampler
     from swarm_node.tasks import load_task
 
     task = load_task("arith")

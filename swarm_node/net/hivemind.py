@@ -34,8 +34,8 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarm_node import codec
-from swarm_node.codec import PROTOCOL_VERSION
+from swarm_node.wire import codec
+from swarm_node.wire.codec import PROTOCOL_VERSION
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshParams

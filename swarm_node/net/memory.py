@@ -24,8 +24,8 @@ import dataclasses
 import threading
 import time
 
-from swarm_node import codec
-from swarm_node.codec import PROTOCOL_VERSION
+from swarm_node.wire import codec
+from swarm_node.wire.codec import PROTOCOL_VERSION
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshParams

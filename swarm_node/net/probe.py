@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from swarm_node import codec
+from swarm_node.wire import codec
 from swarm_node.net.records import (
     ANNOUNCE_PROTOCOL, FETCH_PROTOCOL, MAX_ANNOUNCE_BYTES, MAX_ROUND, STATUS_BAD_REQUEST, STATUS_FULL, STATUS_NOT_FOUND,
     STATUS_OK, STATUS_REFUSED, RecordError, decode_frame_body, encode_frame, frame_length, make_announcement,

@@ -1,0 +1,116 @@
+"""Admission: decide whether a peer's packet may be trained on, without trusting the peer.
+
+`Admission.check(received, round)` either returns the decoded packet (rewards recomputed
+locally) or raises `Rejected(reason)`; the reason becomes a metric (`swarm/rejected/<reason>`,
+docs/RELIABILITY.md lists them). The checks, in order:
+
+    decode        the codec's strict validation (limits, types, finite log-probs <= 0, vocab)
+    trust         with `swarm.trusted_peers` set, the sender is one of them (private swarms)
+    run           packet.run_id is this swarm's run
+    sender        packet.sender equals the authenticated libp2p peer we fetched it from
+    tokenizer     same tokenizer fingerprint as ours, else its token ids mean nothing to us
+    round         within the staleness bound of our round, and the round the peer's offer announced
+    task/example  the task is ours and every example id exists in our copy of the dataset, in
+                  its train split (a held-out example would leak the evaluation set into training)
+    prompt        the prompt tokens equal our own rendering of that example's prompt
+    group size    exactly G completions per group (64 per group would multiply our training work)
+    length        no completion is longer than we would generate (bounds the work a peer costs us)
+    reward        recomputed from our gold answer; the sender's claim is ignored (a wrong claim
+                  is counted as `swarm/rewards_corrected`, not rejected: the field is advisory)
+
+Admission holds the task and the tokenizer (through the policy's encode/decode); the exchange,
+which moves the bytes, holds neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from swarm_node import metrics as M
+from swarm_node.swarm import Rejected
+from swarm_node.train.policy import Policy
+from swarm_node.wire.codec import Packet, PacketError, decode
+from swarm_node.net import Received
+from swarm_node.wire.contract import prompt_base, prompt_digest
+from swarm_node.train.rollout import prompt_tokens, score
+from swarm_node.tasks import Task
+
+
+@dataclass
+class Expectations:
+    """What a packet must agree with to be accepted (this node's view of the swarm)."""
+
+    run_id: str
+    tokenizer: str  # our tokenizer fingerprint
+    staleness: int
+    max_tokens: int | None = None  # longest completion accepted (our own rollout.max_new_tokens)
+    group_size: int | None = None  # completions per group (the run's G): more would multiply our training work
+    trusted_peers: frozenset[str] = frozenset()  # if non-empty, only these peers' packets are admitted
+    prompts: str = "tokens"  # sha256: a group may carry prompt_digest(our rendering) instead (SPEC 14.6)
+
+
+class Admission:
+    """Checks peers' packets against our task, tokenizer and round; counts corrected rewards."""
+
+    def __init__(self, expect: Expectations, task: Task, policy: Policy):
+        self.expect, self.task, self.policy = expect, task, policy
+        self.rewards_corrected = 0  # completions whose claimed reward we overrode, since the last take_stats
+        self.base = prompt_base(policy.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
+
+    def check(self, item: Received, round_index: int) -> Packet:
+        """The packet in `item` with rewards recomputed, or raise Rejected."""
+        packet = self._decode(item, round_index)
+        for group in packet.groups:
+            self._check_group(group)
+        claimed = [c.reward for g in packet.groups for c in g.completions]
+        score(packet.groups, self.task, self.policy)
+        ours = [c.reward for g in packet.groups for c in g.completions]
+        self.rewards_corrected += sum(a != b for a, b in zip(claimed, ours))
+        return packet
+
+    def take_stats(self) -> dict[str, int]:
+        """This round's admission metrics (and start counting the next round's)."""
+        stats, self.rewards_corrected = {M.REWARDS_CORRECTED: self.rewards_corrected}, 0
+        return stats
+
+    def _decode(self, item: Received, round_index: int) -> Packet:
+        expect = self.expect
+        if expect.trusted_peers and item.peer_id not in expect.trusted_peers:
+            raise Rejected("untrusted_peer", item.peer_id)
+        try:
+            packet = decode(item.data, vocab_size=self.policy.vocab_size)
+        except PacketError as e:
+            raise Rejected(f"codec_{e.code}", str(e)) from None
+        if packet.run_id != expect.run_id:
+            raise Rejected("wrong_run", packet.run_id)
+        if packet.sender != item.peer_id:
+            raise Rejected("sender_mismatch", f"packet claims {packet.sender}, came from {item.peer_id}")
+        if packet.tokenizer != expect.tokenizer:
+            raise Rejected("tokenizer_mismatch", packet.tokenizer)
+        if abs(packet.round - round_index) > expect.staleness:
+            raise Rejected("stale", f"round {packet.round} vs ours {round_index}")
+        if packet.round != item.round:
+            raise Rejected("round_mismatch", f"packet says round {packet.round}, its offer said {item.round}")
+        return packet
+
+    def _check_group(self, group) -> None:
+        if group.task != self.task.name:
+            raise Rejected("wrong_task", group.task)
+        example = self.task.example(group.example_id)
+        if example is None:
+            raise Rejected("unknown_example", group.example_id)
+        if not example.id.startswith("train/"):
+            raise Rejected("held_out_example", group.example_id)
+        ours = np.asarray(prompt_tokens(self.policy, self.task, example), dtype=np.uint32)
+        if not np.array_equal(group.prompt_tokens, ours):
+            if self.expect.prompts != "sha256" or not np.array_equal(group.prompt_tokens, prompt_digest(ours, self.base)):
+                raise Rejected("prompt_mismatch", group.example_id)
+            group.prompt_tokens = ours  # by reference: train on the prompt the digest stands for
+        size = self.expect.group_size
+        if size is not None and len(group.completions) != size:
+            raise Rejected("group_size", f"{group.example_id} has {len(group.completions)} completions, the run's G is {size}")
+        limit = self.expect.max_tokens
+        if limit is not None and any(len(c.tokens) > limit for c in group.completions):
+            raise Rejected("too_long", f"a completion of {group.example_id} is longer than {limit} tokens")

@@ -1,0 +1,183 @@
+"""Exchange: one round of rollout sharing, in bytes, over a `Transport` (no model, no task).
+
+    offer:    encode this round's own groups as a packet and hand its bytes to the transport
+    collect:  ask the transport for peers' packets of rounds within the staleness bound, and
+              pass each to the admission check the node supplies, until packets of `min_peers`
+              distinct peers were *accepted* (a rejected packet does not end the wait, so a fast
+              hostile peer cannot cut honest ones off) or the deadline passed (never waits forever);
+              then, fair arrival, at most `fair_wait_s` more for the neighbours not heard from
+              this round: a peer that offers rounds ahead and always arrives first used to end
+              every wait and crowd the honest peer out (0 bytes from it in 100 of 100 rounds)
+    account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
+
+Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness;
+horizontal mode only round r, since only then are the prompts the same. The transport delivers
+each digest at most once; a packet that claims another sender is not that peer's packet, so the
+(peer, digest) pair is distrusted and the real sender may still deliver it. A packet admitted (not an echo) is credited
+to the neighbour that delivered it (`Transport.credit`): the mesh keeps neighbours by what they
+delivered, never by what they say (issue 27).
+
+Echoes: a peer may re-sign our own packet (its id as sender, new created_at): new bytes, so the
+transport delivers it, and it would pass admission as that peer's data. The exchange remembers a
+fingerprint of every group it offered (`group_fingerprint`: the group re-encoded in a fixed
+envelope, rewards blanked, so sender, envelope and the advisory rewards do not count); an admitted
+packet holding any of them is rejected as `echo` and does not end the wait.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+
+from swarm_node import metrics as M
+from swarm_node.swarm import Rejected
+from swarm_node.wire.codec import Group, Packet, digest, encode
+from swarm_node.config import SwarmConfig
+from swarm_node.wire.contract import by_reference
+from swarm_node.net import Received, Transport
+
+log = logging.getLogger(__name__)
+MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
+MAX_OWN_GROUPS = 4096  # fingerprints of our offered groups remembered (the newest)
+BLANK = "-"  # sender, model and tokenizer of the fixed envelope a fingerprint is taken in
+
+
+def count_tokens(groups: list[Group]) -> int:
+    return sum(len(c.tokens) for g in groups for c in g.completions)
+
+
+def group_fingerprint(group: Group) -> str:
+    """Digest of `group` re-encoded alone in a fixed envelope with rewards blanked: equal for our
+    group however a peer re-stamps it (sender, versions, round, created_at, claimed rewards)."""
+    blank = [dataclasses.replace(c, reward=0.0) for c in group.completions]
+    packet = Packet(run_id=BLANK, sender=BLANK, model_id=BLANK, tokenizer=BLANK, policy_version=0, round=0,
+                    mode="vertical", groups=[Group(group.task, group.example_id, group.prompt_tokens, blank)])
+    return digest(encode(packet))
+
+
+class Exchange:
+    """The node's side of the swarm: a transport plus this node's identity strings and settings."""
+
+    def __init__(self, transport: Transport, cfg: SwarmConfig, model_id: str, tokenizer: str, prompt_base: int = 0):
+        self.transport, self.cfg, self.model_id, self.tokenizer = transport, cfg, model_id, tokenizer
+        self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
+        self.own_groups: OrderedDict[str, int] = OrderedDict()  # fingerprint of a group we offered -> round
+        self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
+        transport.measure()  # we credit accepted packets (collect): the mesh may replace neighbours that deliver none
+
+    def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
+        """Serve our groups of this round as a packet; returns its metrics."""
+        if self.cfg.prompts == "sha256":  # prompts by reference: receivers render them (SPEC 14.6)
+            own = by_reference(own, self.prompt_base)
+        packet = Packet(run_id=self.cfg.run_id, sender=self.transport.peer_id, model_id=self.model_id,
+                        tokenizer=self.tokenizer, policy_version=policy_version, round=round_index,
+                        mode=self.cfg.mode, groups=own)
+        data = encode(packet)
+        self.transport.offer(round_index, policy_version, data)
+        self.remember_own(round_index, own)
+        return {M.PACKET_BYTES_OUT: len(data), M.TOKENS_OUT: count_tokens(own)}
+
+    def remember_own(self, round_index: int, groups: list[Group]) -> None:
+        for group in groups:
+            self.own_groups[group_fingerprint(group)] = round_index
+        while len(self.own_groups) > MAX_OWN_GROUPS:
+            self.own_groups.popitem(last=False)
+
+    def is_echo(self, packet: Packet) -> bool:
+        """Whether `packet` holds a group we offered (ours, re-sent by someone else)."""
+        return bool(self.own_groups) and any(
+            group_fingerprint(g) in self.own_groups for g in packet.groups)
+
+    def collect(self, round_index: int, admit: Callable[[Received], Packet]) -> tuple[list[tuple[str, Packet]], dict]:
+        """Peers' admitted packets for this round as (peer id, packet), and the round's swarm metrics."""
+        s, start = self.cfg, time.perf_counter()
+        before = self.transport.stats()
+        oldest, newest = (round_index, round_index) if s.mode == "horizontal" else (
+            round_index - s.staleness, round_index + s.staleness)
+        accepted: list[tuple[str, Packet]] = []
+        rejected: Counter[str] = Counter()
+        n_received, packet_bytes_in, peers = 0, 0, 0
+        t_end = time.monotonic() + self._deadline()
+        heard: set[str] = set()  # peers that delivered a packet this round (accepted or not)
+        t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
+        for _ in range(MAX_COLLECTS):
+            have = {peer for peer, _ in accepted}
+            if t_fair is None and 0 < s.min_peers <= len(have):  # min_peers 0: one pass, as asked
+                t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
+            if t_fair is None:
+                got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
+            elif self._producers() - heard and time.monotonic() < t_fair:
+                got = self.transport.collect(oldest, newest, 1, max(0.0, t_fair - time.monotonic()))
+            else:
+                break
+            rejected.update(got.dropped)
+            peers = max(peers, got.peers)
+            n_received += len(got.packets)
+            for item in got.packets:
+                heard.add(item.peer_id)
+                packet = self._admit(item, admit, rejected)
+                if packet is not None:
+                    accepted.append((item.peer_id, packet))
+                    self.transport.credit(item.peer_id)  # measured: this neighbour's slot is earned
+                    packet_bytes_in += len(item.data)
+            if not got.packets or time.monotonic() >= t_end:  # the transport expects nothing more in time
+                break
+        after = self.transport.stats()
+        groups_in = [g for _, p in accepted for g in p.groups]
+        stats = {M.PEERS: peers, M.PACKETS_RECEIVED: n_received, M.PACKETS_ACCEPTED: len(accepted),
+                 M.PACKETS_REJECTED: sum(rejected.values()), M.PACKET_BYTES_IN: packet_bytes_in,
+                 M.BYTES_OUT: after.get("bytes_out", 0) - before.get("bytes_out", 0),
+                 M.BYTES_IN: after.get("bytes_in", 0) - before.get("bytes_in", 0),
+                 M.FETCH_TIMEOUTS: after.get("fetch_timeouts", 0) - before.get("fetch_timeouts", 0),
+                 M.FETCH_RESUMES: after.get("fetch_resumes", 0) - before.get("fetch_resumes", 0),
+                 M.TOKENS_IN: count_tokens(groups_in), M.COMPLETIONS_IN: sum(len(g.completions) for g in groups_in),
+                 M.TIME_EXCHANGE: time.perf_counter() - start}
+        for key, stat in ((M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
+                          (M.PEERS_GRAYLISTED, "peers_graylisted")):
+            stats[key] = after.get(stat, 0) - before.get(stat, 0)
+        for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited")):
+            if stat in after:
+                stats[key] = after[stat]
+        stats.update({f"{M.REJECTED_PREFIX}{reason}": n for reason, n in rejected.items()})
+        return accepted, stats
+
+    def _producers(self) -> set[str]:
+        """Neighbours that may deliver packets (not those that announced they produce none)."""
+        return {p.peer_id for p in self.transport.peers() if p.produces}
+
+    def _deadline(self) -> float:
+        """The round's wait: `deadline_s`, except for the first node of a new swarm while nobody has
+        joined it yet (it would wait for no one): `alone_wait_s`."""
+        if self.cfg.alone_wait_s is None or self.seen_peers:
+            return self.cfg.deadline_s
+        self.seen_peers = bool(self.cfg.peers) or bool(self.transport.peers())
+        return self.cfg.deadline_s if self.seen_peers else min(self.cfg.deadline_s, self.cfg.alone_wait_s)
+
+    def _admit(self, item: Received, admit: Callable[[Received], Packet], rejected: Counter) -> Packet | None:
+        """The admitted packet, or None after counting why it was rejected."""
+        try:
+            packet = admit(item)
+            if self.is_echo(packet):
+                raise Rejected("echo", "it holds a group of a packet we offered")
+            return packet
+        except Rejected as e:
+            rejected[e.reason] += 1
+            log.warning("rejected packet %s from %s: %s", item.digest[:19], item.peer_id, e)
+            if e.reason == "sender_mismatch":  # maybe another peer's genuine packet: get it from its sender
+                self.transport.distrust(item.peer_id, item.digest)
+        except Exception:  # a bug reached by a peer's bytes must not take the node down
+            rejected["internal_error"] += 1
+            log.exception("error while checking packet %s from %s; dropped", item.digest[:19], item.peer_id)
+        return None
+
+    def close(self, linger: bool = True) -> None:
+        """Leave the swarm; first keep serving for `linger_s` so peers can fetch our last packet."""
+        try:
+            if linger and self.cfg.linger_s > 0:
+                log.info("serving our last packet for %.0f s before leaving", self.cfg.linger_s)
+                time.sleep(self.cfg.linger_s)
+        finally:
+            self.transport.close()

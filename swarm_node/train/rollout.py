@@ -1,0 +1,198 @@
+"""Rollout: prompts -> groups of completions with generator log-probs and rewards -> buffer.
+
+A *group* is the paper's unit: G completions sampled for one prompt, scored with the task's
+binary reward. Groups are `codec.Group` objects, the same type that travels on the wire, so a
+node's own groups and its peers' groups go through the same admission and training code.
+Rewards are always computed here, by `score`, from the task's gold answer: for the node's own
+samples right after generation and for every peer sample on receipt (a sender's claimed reward
+is never trusted).
+
+The `RolloutBuffer` sits between generation and training. Each entry carries its group, its
+source (this node or a peer id) and the `policy_version` of the model that generated it, so a
+bounded-staleness loop can later let generation run ahead of training without touching the
+loss. Today the loop fills it and drains it once per round.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from swarm_node import metrics as M
+from swarm_node.train.policy import Policy
+from swarm_node.wire.codec import Completion, Group
+from swarm_node.config import RolloutConfig
+from swarm_node.train.sampling import Sampler
+from swarm_node.tasks import Example, Task
+from swarm_node.tasks.prompt import render_prompt
+
+OWN = "self"  # the source of the node's own groups in the buffer
+
+
+def round_examples(task: Task, round_index: int, k: int, key: str) -> list[Example]:
+    """The `k` training examples for a round, a pure function of (key, round).
+
+    Vertical mode uses a per-node key (every node picks its own prompts); horizontal mode uses
+    the run id, so every node of the run answers the same prompts in the same round. Being a
+    pure function, it also makes `--resume` continue with exactly the prompts it would have used.
+    """
+    train = task.split("train")
+    rng = random.Random(f"{key}/{round_index}")
+    return [train[i] for i in rng.sample(range(len(train)), k)]
+
+
+def draws_key(seed: int | None, peer_id: str | None) -> str:
+    """What a node's prompts and sampling seeds derive from: `train.seed` when set (reproducible,
+    paired runs; give every node its own); unset, a swarm node's peer id, and 0 alone.
+
+    Nodes left at one default seed would draw the same prompts with the same sampling seeds, and
+    with the same warm start offer each other copies of their own groups (rejected as echoes). The
+    peer id is stable across `--resume` given the same `--identity`.
+    """
+    if seed is not None:
+        return str(seed)
+    return f"peer/{peer_id}" if peer_id is not None else "0"
+
+
+def round_seed(key: int | str, round_index: int) -> int:
+    """The sampling seed of a round: a pure function of (key, round), so a resumed run repeats nothing."""
+    return random.Random(f"sample/{key}/{round_index}").getrandbits(63)
+
+
+def prompt_tokens(policy: Policy, task: Task, example: Example) -> list[int]:
+    """The exact prompt a node conditions on, built here only: generation, evaluation, the warm
+    start and the check of peers' prompts all use it (chat template per config model.chat_template)."""
+    return policy.encode(render_prompt(task, example, policy.tokenizer, policy.chat_template, policy.system_prompt))
+
+
+def format_fail_frac(groups: list[Group], task: Task, policy: Policy) -> dict[str, float]:
+    """The share of completions whose *format* is wrong (`reward/format_fail_frac`): a wrong prompt
+    for a real model shows up as zero reward, and this says whether the format is the reason."""
+    texts = [policy.decode(c.tokens) for g in groups for c in g.completions]
+    return {M.FORMAT_FAIL_FRAC: float(np.mean([not task.format_ok(t) for t in texts]))} if texts else {}
+
+
+def score(groups: list[Group], task: Task, policy: Policy) -> None:
+    """Set every completion's reward from the task's gold answer (in place)."""
+    for group in groups:
+        example = task.example(group.example_id)
+        for c in group.completions:
+            c.reward = task.reward(policy.decode(c.tokens), example) if example is not None else 0.0
+
+
+def generate_groups(sampler: Sampler, policy: Policy, task: Task, examples: list[Example], cfg: RolloutConfig,
+                    seed: int) -> list[Group]:
+    """Sample `cfg.group_size` completions per example with `sampler` and score them."""
+    prompts = [prompt_tokens(policy, task, ex) for ex in examples]
+    samples = sampler.sample(prompts, cfg.group_size, cfg.max_new_tokens, cfg.temperature, seed)
+    groups = []
+    for ex, prompt, group_samples in zip(examples, prompts, samples):
+        completions = [Completion(tokens=np.asarray(s.tokens, dtype=np.uint32),  # [T]
+                                  logprobs=np.asarray(s.logprobs, dtype=np.float32),  # [T]
+                                  finish_reason=s.finish_reason, reward=0.0) for s in group_samples]
+        groups.append(Group(task=task.name, example_id=ex.id, prompt_tokens=np.asarray(prompt, dtype=np.uint32),
+                            completions=completions))
+    score(groups, task, policy)
+    return groups
+
+
+@dataclass
+class Rollout:
+    """One group in the buffer, with where and from which policy it came."""
+
+    group: Group
+    source: str  # OWN, or the peer id that sent it
+    policy_version: int  # optimizer steps of the generating model when it sampled
+    round: int  # the round it was generated for
+
+
+class RolloutBuffer:
+    """Groups waiting to be trained on. `take` drains it into one step's batch, whose peer part is
+    bounded by construction (docs/RELIABILITY.md, "bounded influence"):
+
+        peer slots   = min(max_peer_groups, floor(peer_groups_per_own * own groups))
+        one peer    <= ceil(max_peer_share * peer slots) groups
+
+    so peers' data never outweighs the node's own (at the default 1.0), and k peers share the
+    slots: one liar's groups are at most ceil(share * slots) / (own + slots) of a step (1 in 4
+    with the defaults: 2 own groups, 2 peer slots, 1 per peer). Peers are served round-robin,
+    the starting peer rotating with the round, each peer's groups in arrival order. Unused
+    groups are dropped (a later step must not train on older data than a peer's newer packet).
+
+    Horizontal mode (every node answers the same prompts, groups merge across nodes) takes from
+    each peer at most one group per prompt we answered, so a peer's weight in a merged group is
+    its G completions beside ours, whatever it sends.
+    """
+
+    def __init__(self, max_peer_groups: int, peer_groups_per_own: float = 1.0, max_peer_share: float = 1.0,
+                 horizontal: bool = False):
+        self.max_peer_groups, self.peer_groups_per_own = max_peer_groups, peer_groups_per_own
+        self.max_peer_share, self.horizontal = max_peer_share, horizontal
+        self.entries: list[Rollout] = []
+
+    def add(self, groups: list[Group], source: str, policy_version: int, round_index: int) -> None:
+        self.entries.extend(Rollout(g, source, policy_version, round_index) for g in groups)
+
+    def take(self, round_index: int = 0) -> list[Rollout]:
+        own = [e for e in self.entries if e.source == OWN]
+        by_peer: dict[str, list[Rollout]] = {}
+        for e in self.entries:
+            if e.source != OWN:
+                by_peer.setdefault(e.source, []).append(e)
+        peers = sorted(by_peer)
+        peers = peers[round_index % len(peers):] + peers[:round_index % len(peers)] if peers else []
+        if self.horizontal:
+            slots, queues = self.max_peer_groups, [self._one_per_prompt(by_peer[p], own) for p in peers]
+        else:
+            slots = min(self.max_peer_groups, math.floor(self.peer_groups_per_own * len(own) + 1e-9))
+            per_peer = math.ceil(self.max_peer_share * slots - 1e-9)
+            queues = [by_peer[peer][:per_peer] for peer in peers]
+        picked: list[Rollout] = []
+        while len(picked) < slots and any(queues):
+            for queue in queues:
+                if queue and len(picked) < slots:
+                    picked.append(queue.pop(0))
+        self.entries = []
+        return own + picked
+
+    @staticmethod
+    def _one_per_prompt(entries: list[Rollout], own: list[Rollout]) -> list[Rollout]:
+        """A peer's groups for prompts we answered, at most one per prompt (horizontal mode)."""
+        wanted, out = {e.group.example_id for e in own}, []
+        for e in entries:
+            if e.group.example_id in wanted:
+                wanted.discard(e.group.example_id)
+                out.append(e)
+        return out
+
+
+def combine(rollouts: list[Rollout], mode: str) -> tuple[list[Group], list[str]]:
+    """The training batch: groups as they are (vertical), or merged per example (horizontal), so
+    the advantage is computed over the whole cross-node group; and each completion's source (OWN or
+    the sending peer), in the batch's order."""
+    if mode == "vertical":
+        return [r.group for r in rollouts], [r.source for r in rollouts for _ in r.group.completions]
+    merged: dict[str, tuple[Group, list[str]]] = {}
+    for r in rollouts:
+        group, sources = merged.setdefault(r.group.example_id, (
+            Group(r.group.task, r.group.example_id, r.group.prompt_tokens, []), []))
+        group.completions.extend(r.group.completions)
+        sources.extend(r.source for _ in r.group.completions)
+    return [g for g, _ in merged.values()], [s for _, sources in merged.values() for s in sources]
+
+
+def group_stats(groups: list[Group], prefix: str = "") -> dict[str, float]:
+    """Reward and length statistics of `groups` (TRL's names), keys optionally prefixed (`peer/`)."""
+    rewards = np.array([c.reward for g in groups for c in g.completions], dtype=np.float64)  # [N]
+    if rewards.size == 0:
+        return {}
+    lengths = np.array([len(c.tokens) for g in groups for c in g.completions], dtype=np.float64)  # [N]
+    clipped = np.array([c.finish_reason == "length" for g in groups for c in g.completions])  # [N]
+    zero_std = [np.std([c.reward for c in g.completions]) == 0 for g in groups]
+    return {f"{prefix}reward/mean": float(rewards.mean()),
+            f"{prefix}reward/frac_reward_zero_std": float(np.mean(zero_std)),
+            f"{prefix}completions/mean_length": float(lengths.mean()),
+            f"{prefix}completions/clipped_ratio": float(clipped.mean())}

@@ -1,0 +1,46 @@
+"""`swarm-node peers`: a light client lists the live nodes of a real 2-node swarm on 127.0.0.1."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from procs import Proc
+
+from swarm_node.commands.peers import render
+
+
+def test_render_is_one_line_per_peer():
+    rows = [{"peer_id": "QmA", "model": "tiny-s", "tokenizer": "sha256:abcd", "protocol": 1, "round": 3,
+             "policy_version": 2, "offers": 1, "reach": "relay", "last_seen_s": 0.5}]
+    text = render(rows, "r").splitlines()
+    assert "QmA" in text[2] and "tiny-s" in text[2] and " relay " in text[2] and text[-1] == "1 peer(s) of run 'r'"
+    assert "reach" in text[0]
+    assert render([], "r") == "no peers of run 'r' answered (check --peers and --run-id)"
+
+
+@pytest.mark.slow
+def test_peers_lists_a_running_swarm(tmp_path, procs):
+    # more rounds than the test needs: both nodes must outlive the light client's listing
+    common = ["--rounds", "1000", "--run-id", "census", "--set", "threads=1", "--set", "rollout.group_size=4",
+              "--set", "rollout.max_new_tokens=8", "--set", "task.eval_limit=4", "--set", "train.eval_every=0",
+              "--set", "train.checkpoint_every=0", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2", "--set", "swarm.deadline_s=5",
+              "--set", "swarm.linger_s=0"]
+    first = procs(Proc.join(["--model", "tiny-s", *common], tmp_path / "a"))
+    address = first.address()
+    second = procs(Proc.join(["--model", "tiny-m", "--peers", address, *common], tmp_path / "b"))
+    second.status(lambda s: s["round"] >= 1, timeout=240)
+    assert first.proc.poll() is None and second.proc.poll() is None
+    out = subprocess.run([sys.executable, "-m", "swarm_node", "peers", "--peers", address, "--run-id", "census",
+                          "--wait", "60", "--json", "--verbose", "--set", "swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert sorted(r["model"] for r in rows) == ["tiny-m", "tiny-s"], out.stdout + out.stderr[-3000:]
+    for row in rows:
+        assert row["protocol"] == 1 and row["tokenizer"].startswith("sha256:") and row["round"] >= 0
+        assert row["reach"] == "direct"  # on 127.0.0.1 nobody needs a relay
+        assert 0 <= row["last_seen_s"] < 120
+    assert {r["peer_id"] for r in rows} == {json.loads((tmp_path / n / "status.json").read_text())["peer_id"]
+                                            for n in ("a", "b")}
