@@ -35,8 +35,8 @@ from swarm_node.swarm.exchange import Exchange
 from swarm_node.metrics import MetricsWriter, drop_rounds_after, summary_line
 from swarm_node.train.models import plan_node_memory
 from swarm_node.net import Transport
-from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, format_fail_frac, generate_groups, group_stats,
-                                draws_key, prompt_tokens, round_examples, round_seed)
+from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, group_stats, prompt_tokens,
+                                     round_examples, round_seed, sample_groups)
 from swarm_node.train.sampling import Sampler
 from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.sampling.mismatch import own_sample_mismatch
@@ -129,7 +129,7 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
         expect = Expectations(run_id=cfg.swarm.run_id, tokenizer=fingerprint, staleness=cfg.swarm.staleness,
                               max_tokens=cfg.rollout.max_new_tokens, group_size=cfg.rollout.group_size,
                               trusted_peers=frozenset(cfg.swarm.trusted_peers), prompts=cfg.swarm.prompts)
-        parts.admission = Admission(expect, task, policy)
+        parts.admission = Admission(expect, policy.scorer(task))
     return parts
 
 
@@ -175,6 +175,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
         raise
     cfg = p.cfg
     policy, sampler, trainer, exchange, admission = p.policy, p.sampler, p.trainer, p.exchange, p.admission
+    scorer = policy.scorer(p.task)
     if resume:  # rounds after the checkpoint are trained again: their old rows must not appear twice
         drop_rounds_after(out / "metrics.jsonl", p.first - 1)
     buffer = RolloutBuffer(cfg.swarm.max_peer_groups, cfg.swarm.peer_groups_per_own, cfg.swarm.max_peer_share,
@@ -195,21 +196,24 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 # ---------------------------------------------------------------- generate
                 t = time.perf_counter()
                 examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key)
-                own = generate_groups(sampler, policy, p.task, examples, cfg.rollout, round_seed(draws, r))
+                own = sample_groups(sampler, scorer, examples, cfg.rollout, round_seed(draws, r))
+                texts = scorer.score(own)
                 buffer.add(own, OWN, trainer.policy_version, r)
-                row.update(group_stats(own), **format_fail_frac(own, p.task, policy), **{M.TIME_GENERATE: time.perf_counter() - t})
+                row.update(group_stats(own), **{M.FORMAT_FAIL_FRAC: scorer.format_fail_frac(texts),
+                                                M.TIME_GENERATE: time.perf_counter() - t})
                 if not isinstance(sampler, HFSampler):  # HF samples are the trainer's own: ratio 1 by construction
                     row.update(own_sample_mismatch(policy, own, cfg.rollout.temperature, cfg.train.micro_batch,
                                                    cfg.train.logprob_chunk))
 
                 if exchange is not None:
                     # ------------------------------------------------------------ offer
+                    admission.remember_own(own)  # their echoes from other peers are refused
                     row.update(exchange.offer(r, trainer.policy_version, own))
                     # ------------------------------------------------------------ collect + admit
-                    accepted, swarm_stats = exchange.collect(r, lambda item: admission.check(item, r))
+                    accepted, swarm_stats = exchange.collect(r, admission)
                     for peer, packet in accepted:
                         buffer.add(packet.groups, peer, packet.policy_version, packet.round)
-                    row.update(swarm_stats, **admission.take_stats())
+                    row.update(swarm_stats)
 
                 # ---------------------------------------------------------------- combine
                 rollouts = buffer.take(r)

@@ -5,7 +5,7 @@ import pytest
 
 from swarm_node.wire.codec import Packet, encode, tokenizer_fingerprint
 from swarm_node.swarm import Rejected
-from swarm_node.swarm.admit import Admission, Expectations
+from swarm_node.swarm.admit import Admission, Expectations, content_hash
 from swarm_node.config import RolloutConfig
 from swarm_node.net import Received
 from swarm_node.train.rollout import generate_groups, round_examples
@@ -41,7 +41,7 @@ def accept_packet(data, remote, expect, task, policy, offered_round=None):
         except Exception:
             offered_round = ROUND
     item = Received(peer_id=remote, round=offered_round, digest="sha256:" + "0" * 64, data=data)
-    return Admission(expect, task, policy).check(item, ROUND)
+    return Admission(expect, policy.scorer(task)).check(item, ROUND)
 
 
 def test_honest_packet_is_accepted_with_rewards_recomputed(setup):
@@ -120,3 +120,39 @@ def test_a_private_swarm_admits_only_its_trusted_peers(setup):
     assert e.value.reason == "untrusted_peer"
     friendly = _packet(groups, private, sender="QmFriend")
     assert accept_packet(friendly, "QmFriend", private, task, policy).sender == "QmFriend"
+
+
+def test_content_hash_is_what_a_group_is_not_how_it_travels(setup):
+    """Envelope, claimed rewards, log-probs and the order of completions do not change it; one token,
+    the prompt or the example id does: an echo cannot hide behind a re-stamp or a shuffle."""
+    import dataclasses
+
+    from swarm_node.wire.codec import Group, decode
+
+    policy, task, groups, expect = setup
+    group = groups[0]
+    h = content_hash(group)
+    travelled = decode(_packet([group], expect, sender="QmEvil", round=4, created_at=123)).groups[0]
+    assert content_hash(travelled) == h  # uint32 from the wire vs the sampler's arrays: same ids
+    shuffled = [dataclasses.replace(c, reward=1.0 - c.reward, logprobs=c.logprobs - 0.5) for c in group.completions[::-1]]
+    assert content_hash(Group(group.task, group.example_id, group.prompt_tokens, shuffled)) == h
+    one_token = dataclasses.replace(group.completions[0], tokens=np.concatenate([group.completions[0].tokens, [7]]))
+    assert content_hash(Group(group.task, group.example_id, group.prompt_tokens, [one_token, *group.completions[1:]])) != h
+    assert content_hash(Group(group.task, "train/1", group.prompt_tokens, group.completions)) != h
+    assert content_hash(Group(group.task, group.example_id, group.prompt_tokens[:-1], group.completions)) != h
+    # a token moved from one completion to the next is another group (length prefixes)
+    a, b = group.completions[0], group.completions[1]
+    moved = [dataclasses.replace(a, tokens=a.tokens[:-1]), dataclasses.replace(b, tokens=np.concatenate([a.tokens[-1:], b.tokens]))]
+    assert content_hash(Group(group.task, group.example_id, group.prompt_tokens, [*moved, *group.completions[2:]])) != h
+
+
+def test_our_own_groups_are_refused_as_echoes_and_only_them(setup):
+    policy, task, groups, expect = setup
+    admission = Admission(expect, policy.scorer(task))
+    item = Received(peer_id=PEER, round=ROUND, digest="sha256:" + "0" * 64, data=_packet(groups, expect))
+    admission.check(item, ROUND)
+    admission.remember_own(groups[1:])
+    with pytest.raises(Rejected) as e:
+        admission.check(item, ROUND)
+    assert e.value.reason == "echo"
+    admission.check(Received(PEER, ROUND, "sha256:" + "1" * 64, _packet(groups[:1], expect)), ROUND)

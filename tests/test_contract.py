@@ -205,7 +205,7 @@ def test_prompts_by_reference_are_accepted_only_in_sha256_mode_and_restored_for_
         return Received("QmPeer", 3, digest(data), data)
 
     def admission(prompts: str) -> Admission:
-        return Admission(Expectations("r", fingerprint, 2, group_size=2, prompts=prompts), arith, tiny_policy)
+        return Admission(Expectations("r", fingerprint, 2, group_size=2, prompts=prompts), tiny_policy.scorer(arith))
 
     packet = admission("sha256").check(item(ref), 3)
     assert np.array_equal(packet.groups[0].prompt_tokens, ours)  # the trainer sees the real prompt

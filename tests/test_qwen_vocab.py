@@ -127,7 +127,7 @@ def test_packets_with_real_token_ids_round_trip_and_are_admitted(tiny_qwen):
     back = decode(data, vocab_size=tiny_qwen.vocab_size)
     assert [c.tokens.tolist() for g in back.groups for c in g.completions] == [
         c.tokens.tolist() for g in groups for c in g.completions]
-    admitted = Admission(Expectations(run_id="run", tokenizer=fingerprint, staleness=2), task, tiny_qwen).check(
+    admitted = Admission(Expectations(run_id="run", tokenizer=fingerprint, staleness=2), tiny_qwen.scorer(task)).check(
         Received(peer_id="QmPeer", round=1, digest="", data=data), 1)
     assert len(admitted.groups) == 2
     assert len(data) / len(ids) < 8 + 40  # ~8 bytes per completion token plus per-completion framing

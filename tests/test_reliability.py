@@ -236,7 +236,7 @@ def crafted(tiny_policy, arith):
 
 def accept_packet(data, remote, expect, task, policy, offered_round=5, admission=None):
     """Admission of `data` fetched from `remote`, announced for `offered_round`, at our round 5."""
-    admission = admission or Admission(expect, task, policy)
+    admission = admission or Admission(expect, policy.scorer(task))
     return admission.check(Received(remote, offered_round, packet_digest(data), data), 5)
 
 
@@ -291,7 +291,7 @@ def test_lies_about_rewards_and_logprobs_are_bounded_not_trusted(crafted):
     for g in groups:
         for c in g.completions:
             c.reward, c.logprobs = 1.0, np.zeros(len(c.tokens), np.float32)  # "pi_gen = 1, all correct"
-    admission = Admission(expect, task, policy)
+    admission = Admission(expect, policy.scorer(task))
     accepted = accept_packet(packet(), EVIL, expect, task, policy, admission=admission)
     truth = [task.reward(policy.decode(c.tokens), task.example(g.example_id)) for g in accepted.groups for c in g.completions]
     assert [c.reward for g in accepted.groups for c in g.completions] == truth
@@ -355,13 +355,13 @@ def test_exchange_counts_every_rejection_and_survives_internal_errors(crafted):
     cfg = load_config(None, ["swarm.run_id=run", "rollout.max_new_tokens=6"])
     transport = FakeTransport()
     ex = Exchange(transport, cfg.swarm, "tiny-s", expect.tokenizer)
-    admission = Admission(expect, task, policy)
+    admission = Admission(expect, policy.scorer(task))
     ours, theirs = groups[:1], groups[1:]  # a peer's groups are never ours (those would be an echo)
     good, impostor, garbage = packet(gs=theirs, sender=HONEST), packet(gs=theirs, sender=HONEST), b"\x00garbage"
     transport.queue = [Received(HONEST, 5, packet_digest(good), good), Received(EVIL, 5, "sha256:" + "1" * 64, impostor),
                        Received(EVIL, 4, "sha256:" + "2" * 64, garbage)]
     assert ex.offer(5, 3, ours)["swarm/packet_bytes_out"] > 0 and transport.offered[0][:2] == (5, 3)
-    accepted, stats = ex.collect(5, lambda item: admission.check(item, 5))
+    accepted, stats = ex.collect(5, admission)
     assert [(peer, len(p.groups)) for peer, p in accepted] == [(HONEST, len(theirs))]
     assert stats["swarm/packets_accepted"] == 1 and stats["swarm/packets_received"] == 3
     assert stats["swarm/rejected/sender_mismatch"] == 1 and stats["swarm/rejected/codec_bad_type"] == 1
@@ -370,11 +370,15 @@ def test_exchange_counts_every_rejection_and_survives_internal_errors(crafted):
     # the impostor's copy is distrusted, so the real sender's copy can still be delivered
     assert transport.distrusted == [(EVIL, "sha256:" + "1" * 64)]
 
-    def boom(item):
-        raise RuntimeError("a bug reached by hostile bytes")
+    class Boom:
+        def check(self, item, round_index):
+            raise RuntimeError("a bug reached by hostile bytes")
+
+        def take_stats(self):
+            return {}
 
     transport.queue = [Received(EVIL, 6, "sha256:" + "4" * 64, good)]
-    _, stats = ex.collect(6, boom)
+    _, stats = ex.collect(6, Boom())
     assert stats["swarm/rejected/internal_error"] == 1
 
 

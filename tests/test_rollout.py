@@ -5,7 +5,7 @@ import pytest
 
 from swarm_node.config import RolloutConfig
 from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, generate_groups, group_stats, prompt_tokens,
-                                round_examples, round_seed, score)
+                                round_examples, round_seed)
 from swarm_node.train.sampling.hf import HFSampler
 
 
@@ -43,7 +43,7 @@ def test_score_recomputes_rewards_from_gold(tiny_policy, arith):
     right = np.asarray(tiny_policy.encode(arith.reference_completion(ex)), dtype=np.uint32)
     group.completions[0].tokens, group.completions[0].reward = right, 0.0
     group.completions[1].reward = 1.0  # a false claim
-    score([group], arith, tiny_policy)
+    tiny_policy.scorer(arith).score([group])
     assert group.completions[0].reward == 1.0
     assert group.completions[1].reward == arith.reward(tiny_policy.decode(group.completions[1].tokens), ex)
 

@@ -15,27 +15,51 @@ docs/RELIABILITY.md lists them). The checks, in order:
     prompt        the prompt tokens equal our own rendering of that example's prompt
     group size    exactly G completions per group (64 per group would multiply our training work)
     length        no completion is longer than we would generate (bounds the work a peer costs us)
+    echo          no group is one of our own (`remember_own`): a peer may re-sign our packet
+                  as its own (new bytes, so the transport delivers it); a group's content hash
+                  (example id, prompt ids, the multiset of completions' ids) is what counts, so
+                  no envelope field, claimed reward, log-prob or order of completions hides it
     reward        recomputed from our gold answer; the sender's claim is ignored (a wrong claim
                   is counted as `swarm/rewards_corrected`, not rejected: the field is advisory)
 
-Admission holds the task and the tokenizer (through the policy's encode/decode); the exchange,
-which moves the bytes, holds neither.
+Admission holds a `Scorer` (the task and our tokenizer, tasks/scoring.py), never the model; the
+exchange, which moves the bytes, holds neither and asks admission about every packet.
+
+What the echo check does not catch: a group mixing some of our completions with the sender's
+own (G in all) is not an echo. It costs us what any group of that peer costs (its share of a
+step is bounded), and identical completions from honest peers (short answers of a well-trained
+model are often the same) must not be refused, so single completions are not matched.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from swarm_node import metrics as M
 from swarm_node.swarm import Rejected
-from swarm_node.train.policy import Policy
 from swarm_node.wire.codec import Packet, PacketError, decode
 from swarm_node.net import Received
 from swarm_node.wire.contract import prompt_base, prompt_digest
-from swarm_node.train.rollout import prompt_tokens, score
-from swarm_node.tasks import Task
+from swarm_node.tasks.scoring import Scorer
+
+MAX_OWN_GROUPS = 4096  # content hashes of our offered groups remembered (the newest)
+
+
+def content_hash(group) -> bytes:
+    """What a group *is*, whoever sends it: example id, prompt ids and the sorted ids of its
+    completions (uint32 little-endian, each length-prefixed). Envelope, rewards, log-probs and
+    the order of completions do not count."""
+    def ids(tokens) -> bytes:
+        raw = np.ascontiguousarray(np.asarray(tokens, dtype="<u4")).tobytes()
+        return len(raw).to_bytes(8, "little") + raw
+
+    completions = sorted(ids(c.tokens) for c in group.completions)
+    parts = [group.example_id.encode("utf-8"), ids(group.prompt_tokens), *completions]
+    return hashlib.blake2b(b"".join(len(p).to_bytes(8, "little") + p for p in parts), digest_size=16).digest()
 
 
 @dataclass
@@ -54,18 +78,30 @@ class Expectations:
 class Admission:
     """Checks peers' packets against our task, tokenizer and round; counts corrected rewards."""
 
-    def __init__(self, expect: Expectations, task: Task, policy: Policy):
-        self.expect, self.task, self.policy = expect, task, policy
+    def __init__(self, expect: Expectations, scorer: Scorer):
+        self.expect, self.scorer, self.task = expect, scorer, scorer.task
         self.rewards_corrected = 0  # completions whose claimed reward we overrode, since the last take_stats
-        self.base = prompt_base(policy.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
+        self.base = prompt_base(scorer.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
+        self.own: OrderedDict[bytes, None] = OrderedDict()  # content hashes of groups we offered, newest last
+
+    def remember_own(self, groups: list) -> None:
+        """Our own groups of a round (before they are offered), so their echoes are refused."""
+        for group in groups:
+            h = content_hash(group)
+            self.own.pop(h, None)
+            self.own[h] = None
+        while len(self.own) > MAX_OWN_GROUPS:
+            self.own.popitem(last=False)
 
     def check(self, item: Received, round_index: int) -> Packet:
         """The packet in `item` with rewards recomputed, or raise Rejected."""
         packet = self._decode(item, round_index)
         for group in packet.groups:
             self._check_group(group)
+            if content_hash(group) in self.own:
+                raise Rejected("echo", f"{group.example_id} is a group we offered")
         claimed = [c.reward for g in packet.groups for c in g.completions]
-        score(packet.groups, self.task, self.policy)
+        self.scorer.score(packet.groups)
         ours = [c.reward for g in packet.groups for c in g.completions]
         self.rewards_corrected += sum(a != b for a, b in zip(claimed, ours))
         return packet
@@ -80,7 +116,7 @@ class Admission:
         if expect.trusted_peers and item.peer_id not in expect.trusted_peers:
             raise Rejected("untrusted_peer", item.peer_id)
         try:
-            packet = decode(item.data, vocab_size=self.policy.vocab_size)
+            packet = decode(item.data, vocab_size=self.scorer.vocab_size)
         except PacketError as e:
             raise Rejected(f"codec_{e.code}", str(e)) from None
         if packet.run_id != expect.run_id:
@@ -103,7 +139,7 @@ class Admission:
             raise Rejected("unknown_example", group.example_id)
         if not example.id.startswith("train/"):
             raise Rejected("held_out_example", group.example_id)
-        ours = np.asarray(prompt_tokens(self.policy, self.task, example), dtype=np.uint32)
+        ours = np.asarray(self.scorer.prompt_tokens(example), dtype=np.uint32)
         if not np.array_equal(group.prompt_tokens, ours):
             if self.expect.prompts != "sha256" or not np.array_equal(group.prompt_tokens, prompt_digest(ours, self.base)):
                 raise Rejected("prompt_mismatch", group.example_id)

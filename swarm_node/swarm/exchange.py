@@ -17,45 +17,38 @@ each digest at most once; a packet that claims another sender is not that peer's
 to the neighbour that delivered it (`Transport.credit`): the mesh keeps neighbours by what they
 delivered, never by what they say (issue 27).
 
-Echoes: a peer may re-sign our own packet (its id as sender, new created_at): new bytes, so the
-transport delivers it, and it would pass admission as that peer's data. The exchange remembers a
-fingerprint of every group it offered (`group_fingerprint`: the group re-encoded in a fixed
-envelope, rewards blanked, so sender, envelope and the advisory rewards do not count); an admitted
-packet holding any of them is rejected as `echo` and does not end the wait.
+Admission (admit.py) is handed in by the node: the exchange asks it about every packet, counts
+its refusals, and returns its statistics with the round's own.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections import Counter
+from typing import Protocol
 
 from swarm_node import metrics as M
 from swarm_node.swarm import Rejected
-from swarm_node.wire.codec import Group, Packet, digest, encode
+from swarm_node.wire.codec import Group, Packet, encode
 from swarm_node.config import SwarmConfig
 from swarm_node.wire.contract import by_reference
 from swarm_node.net import Received, Transport
 
 log = logging.getLogger(__name__)
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
-MAX_OWN_GROUPS = 4096  # fingerprints of our offered groups remembered (the newest)
-BLANK = "-"  # sender, model and tokenizer of the fixed envelope a fingerprint is taken in
 
 
 def count_tokens(groups: list[Group]) -> int:
     return sum(len(c.tokens) for g in groups for c in g.completions)
 
 
-def group_fingerprint(group: Group) -> str:
-    """Digest of `group` re-encoded alone in a fixed envelope with rewards blanked: equal for our
-    group however a peer re-stamps it (sender, versions, round, created_at, claimed rewards)."""
-    blank = [dataclasses.replace(c, reward=0.0) for c in group.completions]
-    packet = Packet(run_id=BLANK, sender=BLANK, model_id=BLANK, tokenizer=BLANK, policy_version=0, round=0,
-                    mode="vertical", groups=[Group(group.task, group.example_id, group.prompt_tokens, blank)])
-    return digest(encode(packet))
+class Gate(Protocol):
+    """What the exchange asks about each packet (swarm/admit.py's Admission)."""
+
+    def check(self, item: Received, round_index: int) -> Packet: ...  # the packet, or raise Rejected
+
+    def take_stats(self) -> dict: ...  # this round's counters, reset
 
 
 class Exchange:
@@ -64,7 +57,6 @@ class Exchange:
     def __init__(self, transport: Transport, cfg: SwarmConfig, model_id: str, tokenizer: str, prompt_base: int = 0):
         self.transport, self.cfg, self.model_id, self.tokenizer = transport, cfg, model_id, tokenizer
         self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
-        self.own_groups: OrderedDict[str, int] = OrderedDict()  # fingerprint of a group we offered -> round
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
         transport.measure()  # we credit accepted packets (collect): the mesh may replace neighbours that deliver none
 
@@ -77,22 +69,11 @@ class Exchange:
                         mode=self.cfg.mode, groups=own)
         data = encode(packet)
         self.transport.offer(round_index, policy_version, data)
-        self.remember_own(round_index, own)
         return {M.PACKET_BYTES_OUT: len(data), M.TOKENS_OUT: count_tokens(own)}
 
-    def remember_own(self, round_index: int, groups: list[Group]) -> None:
-        for group in groups:
-            self.own_groups[group_fingerprint(group)] = round_index
-        while len(self.own_groups) > MAX_OWN_GROUPS:
-            self.own_groups.popitem(last=False)
-
-    def is_echo(self, packet: Packet) -> bool:
-        """Whether `packet` holds a group we offered (ours, re-sent by someone else)."""
-        return bool(self.own_groups) and any(
-            group_fingerprint(g) in self.own_groups for g in packet.groups)
-
-    def collect(self, round_index: int, admit: Callable[[Received], Packet]) -> tuple[list[tuple[str, Packet]], dict]:
-        """Peers' admitted packets for this round as (peer id, packet), and the round's swarm metrics."""
+    def collect(self, round_index: int, gate: Gate) -> tuple[list[tuple[str, Packet]], dict]:
+        """Peers' packets for this round that `gate` admitted, as (peer id, packet), and the round's
+        swarm metrics (the gate's among them)."""
         s, start = self.cfg, time.perf_counter()
         before = self.transport.stats()
         oldest, newest = (round_index, round_index) if s.mode == "horizontal" else (
@@ -118,7 +99,7 @@ class Exchange:
             n_received += len(got.packets)
             for item in got.packets:
                 heard.add(item.peer_id)
-                packet = self._admit(item, admit, rejected)
+                packet = self._admit(item, round_index, gate, rejected)
                 if packet is not None:
                     accepted.append((item.peer_id, packet))
                     self.transport.credit(item.peer_id)  # measured: this neighbour's slot is earned
@@ -142,6 +123,7 @@ class Exchange:
             if stat in after:
                 stats[key] = after[stat]
         stats.update({f"{M.REJECTED_PREFIX}{reason}": n for reason, n in rejected.items()})
+        stats.update(gate.take_stats())
         return accepted, stats
 
     def _producers(self) -> set[str]:
@@ -156,13 +138,10 @@ class Exchange:
         self.seen_peers = bool(self.cfg.peers) or bool(self.transport.peers())
         return self.cfg.deadline_s if self.seen_peers else min(self.cfg.deadline_s, self.cfg.alone_wait_s)
 
-    def _admit(self, item: Received, admit: Callable[[Received], Packet], rejected: Counter) -> Packet | None:
+    def _admit(self, item: Received, round_index: int, gate: Gate, rejected: Counter) -> Packet | None:
         """The admitted packet, or None after counting why it was rejected."""
         try:
-            packet = admit(item)
-            if self.is_echo(packet):
-                raise Rejected("echo", "it holds a group of a packet we offered")
-            return packet
+            return gate.check(item, round_index)
         except Rejected as e:
             rejected[e.reason] += 1
             log.warning("rejected packet %s from %s: %s", item.digest[:19], item.peer_id, e)

@@ -23,6 +23,8 @@ from torch.utils.checkpoint import checkpoint
 
 from swarm_node.config import ModelConfig
 from swarm_node.errors import SwarmNodeError
+from swarm_node.tasks import Task
+from swarm_node.tasks.scoring import Scorer, decode, encode
 from swarm_node.train.models import hub_reachable, model_load_error, resolve_model_name
 from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer, load_tokenizer, preset_model
 
@@ -139,10 +141,14 @@ class Policy:
         return len(self.tokenizer)
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode(self.tokenizer, text)
 
     def decode(self, tokens) -> str:
-        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+        return decode(self.tokenizer, tokens)
+
+    def scorer(self, task: Task) -> Scorer:
+        """`task` rendered and rewarded with this policy's tokenizer and prompt settings."""
+        return Scorer(task, self.tokenizer, self.chat_template, self.system_prompt)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]

@@ -3,9 +3,9 @@
 A *group* is the paper's unit: G completions sampled for one prompt, scored with the task's
 binary reward. Groups are `codec.Group` objects, the same type that travels on the wire, so a
 node's own groups and its peers' groups go through the same admission and training code.
-Rewards are always computed here, by `score`, from the task's gold answer: for the node's own
-samples right after generation and for every peer sample on receipt (a sender's claimed reward
-is never trusted).
+Rewards are always computed by the node's `Scorer` (tasks/scoring.py) from the task's gold
+answer: for the node's own samples right after generation and for every peer sample on receipt
+(a sender's claimed reward is never trusted).
 
 The `RolloutBuffer` sits between generation and training. Each entry carries its group, its
 source (this node or a peer id) and the `policy_version` of the model that generated it, so a
@@ -27,7 +27,7 @@ from swarm_node.wire.codec import Completion, Group
 from swarm_node.config import RolloutConfig
 from swarm_node.train.sampling import Sampler
 from swarm_node.tasks import Example, Task
-from swarm_node.tasks.prompt import render_prompt
+from swarm_node.tasks.scoring import Scorer
 
 OWN = "self"  # the source of the node's own groups in the buffer
 
@@ -63,39 +63,33 @@ def round_seed(key: int | str, round_index: int) -> int:
 
 
 def prompt_tokens(policy: Policy, task: Task, example: Example) -> list[int]:
-    """The exact prompt a node conditions on, built here only: generation, evaluation, the warm
-    start and the check of peers' prompts all use it (chat template per config model.chat_template)."""
-    return policy.encode(render_prompt(task, example, policy.tokenizer, policy.chat_template, policy.system_prompt))
+    """The exact prompt a node conditions on (tasks/scoring.py renders it; chat template per
+    config model.chat_template): generation, evaluation, the warm start and admission all use it."""
+    return policy.scorer(task).prompt_tokens(example)
 
 
-def format_fail_frac(groups: list[Group], task: Task, policy: Policy) -> dict[str, float]:
-    """The share of completions whose *format* is wrong (`reward/format_fail_frac`): a wrong prompt
-    for a real model shows up as zero reward, and this says whether the format is the reason."""
-    texts = [policy.decode(c.tokens) for g in groups for c in g.completions]
-    return {M.FORMAT_FAIL_FRAC: float(np.mean([not task.format_ok(t) for t in texts]))} if texts else {}
-
-
-def score(groups: list[Group], task: Task, policy: Policy) -> None:
-    """Set every completion's reward from the task's gold answer (in place)."""
-    for group in groups:
-        example = task.example(group.example_id)
-        for c in group.completions:
-            c.reward = task.reward(policy.decode(c.tokens), example) if example is not None else 0.0
-
-
-def generate_groups(sampler: Sampler, policy: Policy, task: Task, examples: list[Example], cfg: RolloutConfig,
-                    seed: int) -> list[Group]:
-    """Sample `cfg.group_size` completions per example with `sampler` and score them."""
-    prompts = [prompt_tokens(policy, task, ex) for ex in examples]
+def sample_groups(sampler: Sampler, scorer: Scorer, examples: list[Example], cfg: RolloutConfig,
+                  seed: int) -> list[Group]:
+    """Sample `cfg.group_size` completions per example with `sampler`; rewards are left at 0
+    (`scorer.score` sets them, and returns the texts it decoded)."""
+    prompts = [scorer.prompt_tokens(ex) for ex in examples]
     samples = sampler.sample(prompts, cfg.group_size, cfg.max_new_tokens, cfg.temperature, seed)
     groups = []
     for ex, prompt, group_samples in zip(examples, prompts, samples):
         completions = [Completion(tokens=np.asarray(s.tokens, dtype=np.uint32),  # [T]
                                   logprobs=np.asarray(s.logprobs, dtype=np.float32),  # [T]
                                   finish_reason=s.finish_reason, reward=0.0) for s in group_samples]
-        groups.append(Group(task=task.name, example_id=ex.id, prompt_tokens=np.asarray(prompt, dtype=np.uint32),
+        groups.append(Group(task=scorer.task.name, example_id=ex.id, prompt_tokens=np.asarray(prompt, dtype=np.uint32),
                             completions=completions))
-    score(groups, task, policy)
+    return groups
+
+
+def generate_groups(sampler: Sampler, policy: Policy, task: Task, examples: list[Example], cfg: RolloutConfig,
+                    seed: int) -> list[Group]:
+    """Sampled and scored groups (for callers that do not need the decoded texts)."""
+    scorer = policy.scorer(task)
+    groups = sample_groups(sampler, scorer, examples, cfg, seed)
+    scorer.score(groups)
     return groups
 
 
