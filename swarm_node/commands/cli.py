@@ -1,4 +1,4 @@
-"""Command line: `swarm-node train | join | peers | eval | config | doctor | demo | plot | protocol | models` (typer).
+"""Command line: `swarm-node train | join | relay | peers | eval | config | doctor | demo | plot | protocol | models` (typer).
 
 Every command builds a `NodeConfig` the same way: YAML file (optional) -> named flags ->
 `--set section.key=value` overrides, validated once. A flag's help text is its config field's
@@ -96,6 +96,12 @@ def build_config(config: Path | None, flags: dict[str, object], sets: list[str] 
     return load_config(config, overrides + list(sets or []))
 
 
+def training_flags(model, task, data, rounds, out, loss, lora_r, sampler, report_to) -> dict[str, object]:
+    """The flags `train` and `join` share, as config keys."""
+    return {"model.name": model, "task.name": task, "task.data": data, "train.rounds": rounds, "out": out,
+            "loss.variant": loss, "model.lora_r": lora_r, "model.sampler": sampler, "report_to": report_to}
+
+
 @app.command()
 def train(config: ConfigOpt = None, model: ModelOpt = None, task: TaskOpt = None, data: DataOpt = None,
           rounds: RoundsOpt = None, out: OutOpt = None, resume: ResumeOpt = False, loss: LossOpt = None,
@@ -103,9 +109,7 @@ def train(config: ConfigOpt = None, model: ModelOpt = None, task: TaskOpt = None
           verbose: VerboseOpt = False):
     """Train one node alone (no network): generate -> reward -> F-TIS step, every round."""
     with user_errors():
-        cfg = build_config(config, {"model.name": model, "task.name": task, "task.data": data, "train.rounds": rounds,
-                                    "out": out, "loss.variant": loss, "model.lora_r": lora_r, "model.sampler": sampler,
-                                    "report_to": report_to}, set_)
+        cfg = build_config(config, training_flags(model, task, data, rounds, out, loss, lora_r, sampler, report_to), set_)
         setup_logging(cfg.out, verbose)
         from swarm_node.node import run
 
@@ -128,12 +132,12 @@ def join(model: ModelOpt = None,
          verbose: VerboseOpt = False):
     """Join (or start) a swarm and train on your own plus your peers' rollouts."""
     with user_errors():
-        cfg = build_config(config, {"model.name": model, "task.name": task, "task.data": data, "train.rounds": rounds,
-                                    "out": out, "loss.variant": loss, "model.lora_r": lora_r, "model.sampler": sampler,
-                                    "report_to": report_to, "swarm.peers": peers, "swarm.identity": identity, "swarm.host_maddrs": host_maddrs,
-                                    "swarm.announce_maddrs": announce_maddrs, "swarm.run_id": run_id,
-                                    "swarm.mode": mode, "swarm.port": port, "swarm.public_ip": public_ip,
-                                    "swarm.relay": relay, "swarm.reachability": reachability}, set_)
+        flags = training_flags(model, task, data, rounds, out, loss, lora_r, sampler, report_to)
+        flags.update({"swarm.peers": peers, "swarm.identity": identity, "swarm.host_maddrs": host_maddrs,
+                      "swarm.announce_maddrs": announce_maddrs, "swarm.run_id": run_id, "swarm.mode": mode,
+                      "swarm.port": port, "swarm.public_ip": public_ip, "swarm.relay": relay,
+                      "swarm.reachability": reachability})
+        cfg = build_config(config, flags, set_)
         setup_logging(cfg.out, verbose)
         from swarm_node.net.hivemind import HivemindTransport
         from swarm_node.node import run

@@ -77,7 +77,8 @@ class Collected:
 class Transport(Protocol):
     """Moves packet bytes between peers. Implementations own all per-peer state (which digests
     were already delivered, which (peer, digest) pairs are distrusted); every call is bounded in
-    time and may be made from the node's thread only."""
+    time. The node calls it from one thread (its round loop); an implementation may allow more
+    (HivemindTransport hops every call onto its own event-loop thread, so any thread may call it)."""
 
     @property
     def peer_id(self) -> str:

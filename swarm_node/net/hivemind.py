@@ -61,10 +61,15 @@ from swarm_node.net.scores import PeerLimiter
 
 logger = logging.getLogger(__name__)
 
-# hivemind logs through the application's handlers, at WARNING unless HIVEMIND_LOGLEVEL says otherwise.
-_hm_logging.use_hivemind_log_handler("nowhere")
-if "HIVEMIND_LOGLEVEL" not in os.environ:
-    logging.getLogger("hivemind").setLevel(logging.WARNING)
+
+
+def route_hivemind_logs() -> None:
+    """hivemind logs through the application's handlers (and their repeat filter), at WARNING unless
+    HIVEMIND_LOGLEVEL says otherwise. Called when a transport is made, not at import: importing this
+    module changes no logging configuration."""
+    _hm_logging.use_hivemind_log_handler("nowhere")
+    if "HIVEMIND_LOGLEVEL" not in os.environ:
+        logging.getLogger("hivemind").setLevel(logging.WARNING)
 
 DISCOVERY_MODES = ("push", "dht-key")  # v2 (default) | v1, kept for bench/scale.py
 DHT_RPC_TIMEOUT_S = 3.0  # one hivemind DHT RPC (ping/store/find); hivemind's default
@@ -101,6 +106,7 @@ class HivemindTransport:
     def __init__(self, cfg: SwarmConfig, model_id: str, tokenizer: str, protocol: int = PROTOCOL_VERSION,
                  discovery: str | None = None, mesh_k: int | None = None, produces: bool = True,
                  manifest: str | None = None):
+        route_hivemind_logs()
         self.cfg, self.model_id, self.tokenizer, self.protocol = cfg, model_id, tokenizer, protocol
         self.produces = produces  # False: announce that we offer no packets (relay, light client)
         self.manifest = manifest  # digest of our run manifest, announced; set before start (set_manifest)
