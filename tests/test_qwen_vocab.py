@@ -1,4 +1,4 @@
-"""The real Qwen2.5 vocabulary (`make models` installs it: swarm_node/sources.py) on a tiny random Qwen2 model.
+"""The real Qwen2.5 vocabulary (`make models` installs it: swarm_node/train/sources.py) on a tiny random Qwen2 model.
 
 What only a real 151k-token vocabulary shows: its fingerprint, prompts rendered with Qwen2.5's chat
 template exactly as a `--model Qwen2.5-3B(-Instruct)` node renders them, token ids above 65,535 and

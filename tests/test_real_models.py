@@ -1,4 +1,4 @@
-"""A real pretrained model in the loop: SmolLM2-135M-Instruct, fetched by `make models` (swarm_node/sources.py).
+"""A real pretrained model in the loop: SmolLM2-135M-Instruct, fetched by `make models` (swarm_node/train/sources.py).
 
 Skipped, with the command that fetches it, where it is not installed. Loading takes ~1 s (the
 converted safetensors); the whole module runs in well under a minute on one CPU thread.

@@ -88,7 +88,7 @@ class Transport(Protocol):
         """Join the network (bootstrap from the configured peers); raises SwarmError on user errors."""
 
     def set_manifest(self, digest: str, required: bool = False) -> None:
-        """Before `start`: announce the digest of our run manifest (swarm_node/contract.py) and refuse
+        """Before `start`: announce the digest of our run manifest (swarm_node/wire/contract.py) and refuse
         peers that announce another one (or none, when `required`), before fetching anything from them."""
 
     def join_addrs(self) -> list[str]:

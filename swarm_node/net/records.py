@@ -212,7 +212,7 @@ def make_announcement(run_id: str, seq: int, model_id: str, tokenizer: str, prot
                       manifest: str | None = None) -> dict:
     """An announcement map (request frame, or the body of an "ok" reply), checked like a receiver would.
     `produces` False says the sender offers no packets (a relay, a light client): never wait for it.
-    `manifest`: the digest of the sender's run manifest (swarm_node/contract.py), if it has one."""
+    `manifest`: the digest of the sender's run manifest (swarm_node/wire/contract.py), if it has one."""
     ann = {"run_id": run_id, "seq": seq, "degree": degree, "model_id": model_id, "tokenizer": tokenizer, "protocol": protocol, "round": round,
            "policy_version": policy_version, "offers": [[r, d, s] for r, d, s in offers][-MAX_OFFERS_IN_RECORD:],
            "addrs": list(addrs)[:MAX_ADDRS], "peers": [[p, list(a)[:MAX_ADDRS]] for p, a in peers][:MAX_PX],

@@ -9,6 +9,14 @@ Three tasks are built in (:data:`TASKS`):
 * ``arith``: synthetic word-form addition/subtraction generated from a seed,
   with tiny prompts for character-level models; see :mod:`swarm_node.tasks.arith`.
 
+A task knows text, never token ids; :mod:`swarm_node.tasks.prompt` renders a prompt for a
+tokenizer (chat template or plain) and :mod:`swarm_node.tasks.scoring`'s ``Scorer`` pairs a task
+with a tokenizer: prompt ids, decoded completions, rewards. Generation, evaluation and admission
+of peers' packets all go through one ``Scorer``.
+
+The layer above the base: imports only ``errors`` (and the optional grader math-verify); must
+not import wire/, net/, train/, swarm/ or anything above.
+
 Usage::
 
     task = load_task("gsm8k", "../shared/data/gsm8k")

@@ -33,7 +33,7 @@ from swarm_node.tasks.arith import ArithTask
 EXAMPLE_IDS = "<split>/<index>"  # the only id scheme: split name, "/", decimal index without leading zeros
 QUESTION = "{question}"  # the placeholder of a prompt template
 MANIFEST_VERSION = 1
-# the built-in tiny models' tokenizer ("char-v1", swarm_node/backend.py): one id per character
+# the built-in tiny models' tokenizer ("char-v1", swarm_node/train/policy.py): one id per character
 CHAR_VOCAB = ["<|pad|>", "<|endoftext|>", "<|unk|>", "\n", "\t"] + [chr(i) for i in range(32, 127)]
 ARITH_DEFAULTS = dict(digits=2, second_digits=None, ops=["plus", "minus"], seed=0, train_size=100_000, test_size=500)
 

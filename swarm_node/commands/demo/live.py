@@ -22,7 +22,7 @@ from rich.text import Text
 from swarm_node.metrics import EVAL_ACCURACY, PEER_GROUPS_USED, PEERS, REWARD_MEAN, ROUND, TIME_ROUND
 from swarm_node.status import read_status
 
-# Metric keys this module reads from metrics.jsonl (the loss's own keys live in swarm_node/loss.py,
+# Metric keys this module reads from metrics.jsonl (the loss's own keys live in swarm_node/train/loss.py,
 # STAT_KEYS, which imports torch: named here so the demo process never loads it).
 DROPPED_FRAC, TRUNCATED_FRAC = "filter/dropped_frac", "is/truncated_frac"
 METRIC_KEYS = (ROUND, EVAL_ACCURACY, REWARD_MEAN, PEERS, PEER_GROUPS_USED, DROPPED_FRAC, TRUNCATED_FRAC, TIME_ROUND)

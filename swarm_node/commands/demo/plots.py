@@ -23,7 +23,7 @@ import yaml
 from swarm_node.errors import SwarmNodeError
 from swarm_node.metrics import EVAL_ACCURACY, EVAL_N, NODE, REWARD_MEAN, ROUND, read_metrics
 
-# Metric keys this module reads from metrics.jsonl (the loss's own keys live in swarm_node/loss.py,
+# Metric keys this module reads from metrics.jsonl (the loss's own keys live in swarm_node/train/loss.py,
 # STAT_KEYS, which imports torch: named here so drawing plots never loads it).
 DROPPED_FRAC = "filter/dropped_frac"
 METRIC_KEYS = (ROUND, NODE, EVAL_ACCURACY, EVAL_N, REWARD_MEAN, DROPPED_FRAC)
