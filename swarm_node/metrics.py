@@ -38,6 +38,7 @@ BYTES_IN, BYTES_OUT = "swarm/bytes_in", "swarm/bytes_out"
 PACKET_BYTES_IN, PACKET_BYTES_OUT = "swarm/packet_bytes_in", "swarm/packet_bytes_out"
 TOKENS_IN, TOKENS_OUT, COMPLETIONS_IN = "swarm/tokens_in", "swarm/tokens_out", "swarm/completions_in"
 REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_timeouts"
+RETOKENIZED = "swarm/completions_retokenized"  # peer completions whose ids were not our tokenizer's for their text
 FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream after a cut (relay budgets)
 NEIGHBORS_EVICTED = "swarm/neighbors_evicted"  # neighbours that lost their slot: idle (delivered nothing) or graylisted
 STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread: their peer was over its rate

@@ -156,3 +156,25 @@ def test_our_own_groups_are_refused_as_echoes_and_only_them(setup):
         admission.check(item, ROUND)
     assert e.value.reason == "echo"
     admission.check(Received(PEER, ROUND, "sha256:" + "1" * 64, _packet(groups[:1], expect)), ROUND)
+
+
+def test_ids_our_tokenizer_would_not_give_their_text_are_retokenized(setup):
+    """A special token hidden mid-completion (decoding drops it) is gone after admission; honest
+    completions, EOS-terminated, are untouched; a trusted swarm (trusted_peers) keeps ids as sent."""
+    import dataclasses
+
+    policy, task, groups, expect = setup
+    c = groups[0].completions[0]
+    smuggled = np.concatenate([c.tokens[:1], [policy.tokenizer.unk_token_id], c.tokens[1:]]).astype(np.uint32)
+    groups[0].completions[0] = dataclasses.replace(c, tokens=smuggled, logprobs=np.full(len(smuggled), -0.5, np.float32))
+    admission = Admission(expect, policy.scorer(task))
+    packet = admission.check(Received(PEER, ROUND, "sha256:" + "0" * 64, _packet(groups, expect)), ROUND)
+    first = packet.groups[0].completions[0]
+    assert first.tokens.tolist() == c.tokens.tolist() and first.logprobs.tolist() == [0.0] * len(c.tokens)
+    assert [x.tokens.tolist() for g in packet.groups for x in g.completions][1:] == [
+        x.tokens.tolist() for g in groups for x in g.completions][1:]
+    assert admission.take_stats()["swarm/completions_retokenized"] == 1
+    trusted = dataclasses.replace(expect, trusted_peers=frozenset({PEER}))
+    kept = Admission(trusted, policy.scorer(task)).check(Received(PEER, ROUND, "sha256:" + "0" * 64,
+                                                                  _packet(groups, expect)), ROUND)
+    assert kept.groups[0].completions[0].tokens.tolist() == smuggled.tolist()

@@ -131,3 +131,31 @@ def test_packets_with_real_token_ids_round_trip_and_are_admitted(tiny_qwen):
         Received(peer_id="QmPeer", round=1, digest="", data=data), 1)
     assert len(admitted.groups) == 2
     assert len(data) / len(ids) < 8 + 40  # ~8 bytes per completion token plus per-completion framing
+
+
+def test_a_peer_text_spelled_in_other_bpe_pieces_is_trained_as_our_tokenizer_spells_it(tiny_qwen):
+    """`#### 73` sent one character per token (valid ids, the same text, the same reward) is admitted
+    as the ids Qwen2.5's tokenizer gives that text, so no gradient reaches a spelling we never produce."""
+    from swarm_node.swarm.admit import Admission, Expectations
+    from swarm_node.wire.codec import Completion, Group, Packet, encode, tokenizer_fingerprint
+    from swarm_node.net import Received
+    from swarm_node.tasks import load_task
+
+    task = load_task("arith")
+    scorer = tiny_qwen.scorer(task)
+    ex = task.split("train")[3]
+    text = f"#### {ex.answer}"
+    canonical = tiny_qwen.encode(text)
+    pieces = [i for ch in text for i in tiny_qwen.encode(ch)] + [tiny_qwen.tokenizer.eos_token_id]
+    assert pieces[:-1] != canonical and tiny_qwen.decode(pieces) == text
+    fingerprint = tokenizer_fingerprint(tiny_qwen.tokenizer)
+    completions = [Completion(np.asarray(pieces, np.uint32), np.full(len(pieces), -0.1, np.float32), "stop", 0.0),
+                   Completion(np.asarray(canonical, np.uint32), np.full(len(canonical), -0.1, np.float32), "length", 0.0)]
+    group = Group(task.name, ex.id, np.asarray(scorer.prompt_tokens(ex), np.uint32), completions)
+    data = encode(Packet(run_id="run", sender="QmPeer", model_id="m", tokenizer=fingerprint, policy_version=0,
+                         round=1, mode="vertical", groups=[group]))
+    admission = Admission(Expectations(run_id="run", tokenizer=fingerprint, staleness=2), scorer)
+    got = admission.check(Received(peer_id="QmPeer", round=1, digest="", data=data), 1).groups[0].completions
+    assert got[0].tokens.tolist() == canonical + [tiny_qwen.tokenizer.eos_token_id]
+    assert got[1].tokens.tolist() == canonical and got[0].reward == got[1].reward == 1.0
+    assert admission.take_stats()["swarm/completions_retokenized"] == 1

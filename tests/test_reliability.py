@@ -295,8 +295,8 @@ def test_lies_about_rewards_and_logprobs_are_bounded_not_trusted(crafted):
     accepted = accept_packet(packet(), EVIL, expect, task, policy, admission=admission)
     truth = [task.reward(policy.decode(c.tokens), task.example(g.example_id)) for g in accepted.groups for c in g.completions]
     assert [c.reward for g in accepted.groups for c in g.completions] == truth
-    assert admission.take_stats() == {"swarm/rewards_corrected": sum(t != 1.0 for t in truth)}
-    assert sum(t != 1.0 for t in truth) > 0 and admission.take_stats() == {"swarm/rewards_corrected": 0}
+    assert admission.take_stats()["swarm/rewards_corrected"] == sum(t != 1.0 for t in truth)
+    assert sum(t != 1.0 for t in truth) > 0 and admission.take_stats()["swarm/rewards_corrected"] == 0
 
     # What the loss does with such log-probs: the IS weight is truncated at C and detached, so a
     # lying generator can scale a sequence's gradient by at most C; F-TIS drops A<0 sequences whose

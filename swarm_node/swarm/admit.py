@@ -19,6 +19,12 @@ docs/RELIABILITY.md lists them). The checks, in order:
                   as its own (new bytes, so the transport delivers it); a group's content hash
                   (example id, prompt ids, the multiset of completions' ids) is what counts, so
                   no envelope field, claimed reward, log-prob or order of completions hides it
+    tokens        an untrusted peer's completion is trained on as the ids our tokenizer gives its
+                  text (`Scorer.canonical`; open swarms, i.e. no `trusted_peers`): ids that
+                  spell a text in a way we never would (split merges, special tokens that
+                  decoding drops) cannot carry a gradient to token sequences we never produce;
+                  its claimed log-probs then mean nothing and are zeroed (the trainer uses our
+                  own for untrusted peers). Counted as `swarm/completions_retokenized`
     reward        recomputed from our gold answer; the sender's claim is ignored (a wrong claim
                   is counted as `swarm/rewards_corrected`, not rejected: the field is advisory)
 
@@ -81,6 +87,7 @@ class Admission:
     def __init__(self, expect: Expectations, scorer: Scorer):
         self.expect, self.scorer, self.task = expect, scorer, scorer.task
         self.rewards_corrected = 0  # completions whose claimed reward we overrode, since the last take_stats
+        self.retokenized = 0  # completions whose ids we replaced by our tokenizer's, since the last take_stats
         self.base = prompt_base(scorer.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
         self.own: OrderedDict[bytes, None] = OrderedDict()  # content hashes of groups we offered, newest last
 
@@ -98,17 +105,20 @@ class Admission:
         packet = self._decode(item, round_index)
         for group in packet.groups:
             self._check_group(group)
-            if content_hash(group) in self.own:
+            if content_hash(group) in self.own:  # before retokenizing: we remember our ids as sampled
                 raise Rejected("echo", f"{group.example_id} is a group we offered")
+        retokenized = 0 if self.expect.trusted_peers else sum(self._retokenize(g) for g in packet.groups)
         claimed = [c.reward for g in packet.groups for c in g.completions]
         self.scorer.score(packet.groups)
         ours = [c.reward for g in packet.groups for c in g.completions]
         self.rewards_corrected += sum(a != b for a, b in zip(claimed, ours))
+        self.retokenized += retokenized
         return packet
 
     def take_stats(self) -> dict[str, int]:
         """This round's admission metrics (and start counting the next round's)."""
-        stats, self.rewards_corrected = {M.REWARDS_CORRECTED: self.rewards_corrected}, 0
+        stats = {M.REWARDS_CORRECTED: self.rewards_corrected, M.RETOKENIZED: self.retokenized}
+        self.rewards_corrected = self.retokenized = 0
         return stats
 
     def _decode(self, item: Received, round_index: int) -> Packet:
@@ -147,6 +157,21 @@ class Admission:
         size = self.expect.group_size
         if size is not None and len(group.completions) != size:
             raise Rejected("group_size", f"{group.example_id} has {len(group.completions)} completions, the run's G is {size}")
+        self._check_length(group)
+
+    def _check_length(self, group) -> None:
         limit = self.expect.max_tokens
         if limit is not None and any(len(c.tokens) > limit for c in group.completions):
             raise Rejected("too_long", f"a completion of {group.example_id} is longer than {limit} tokens")
+
+    def _retokenize(self, group) -> int:
+        """Replace completions not in our tokenizer's canonical form by that form (in place); how many."""
+        n = 0
+        for c in group.completions:
+            ids = self.scorer.canonical(c.tokens)
+            if len(ids) != len(c.tokens) or not np.array_equal(c.tokens, ids):
+                c.tokens = np.asarray(ids, dtype=np.uint32)  # [T']
+                c.logprobs = np.zeros(len(ids), dtype=np.float32)  # [T']: a claim about other ids is no claim
+                n += 1
+        self._check_length(group)
+        return n

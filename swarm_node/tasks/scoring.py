@@ -5,6 +5,7 @@
       .decode(tokens)           a completion's text (special tokens skipped)
       .score(groups)            every completion's reward from the gold answer, in place; returns
                                 the decoded texts, so callers that need them decode nothing twice
+      .canonical(tokens)        the ids our tokenizer gives the same text (a trailing EOS kept)
       .vocab_size               how many token ids the tokenizer has (the codec's bound on peers' ids)
 
 Generation, evaluation, the warm start and admission of peers' packets all render and reward
@@ -51,6 +52,15 @@ class Scorer:
 
     def decode(self, tokens) -> str:
         return decode(self.tokenizer, tokens)
+
+    def canonical(self, tokens) -> list[int]:
+        """encode(decode(tokens)), with a final EOS kept: what this node's tokenizer makes of the
+        completion's text. Sampled ids may spell a text another way (BPE splits, special tokens
+        that decoding drops); the text, and so the reward, is the same."""
+        ids = [int(t) for t in tokens]
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        tail = [eos] if ids and eos is not None and ids[-1] == eos else []
+        return encode(self.tokenizer, self.decode(ids[:len(ids) - len(tail)])) + tail
 
     def score(self, groups: list) -> list[str]:
         """Set every completion's reward (0 for an example we do not have); the texts, in order."""
