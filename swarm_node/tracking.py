@@ -29,13 +29,14 @@ from pathlib import Path
 
 import yaml
 
+from swarm_node import metrics as M
 from swarm_node.errors import SwarmNodeError
 
 log = logging.getLogger(__name__)
 
 TRACKERS = ("tensorboard", "wandb", "none")
-STEP_KEY = "round"  # the x axis; not logged as a scalar of its own
-HPARAM_METRICS = ("reward/mean", "eval/accuracy")  # what TensorBoard's HParams table shows per run
+STEP_KEY = M.ROUND  # the x axis; not logged as a scalar of its own
+HPARAM_METRICS = (M.REWARD_MEAN, M.EVAL_ACCURACY)  # what TensorBoard's HParams table shows per run
 
 
 def scalars(row: dict) -> dict[str, float]:
