@@ -196,7 +196,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 t = time.perf_counter()
                 examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key)
                 own = generate_groups(sampler, policy, p.task, examples, cfg.rollout, round_seed(draws, r))
-                buffer.add(own, OWN, trainer.policy_version, r)
+                buffer.add(own, OWN)
                 row.update(group_stats(own), **format_fail_frac(own, p.task, policy), **{M.TIME_GENERATE: time.perf_counter() - t})
                 if not isinstance(sampler, HFSampler):  # HF samples are the trainer's own: ratio 1 by construction
                     row.update(own_sample_mismatch(policy, own, cfg.rollout.temperature, cfg.train.micro_batch,
@@ -208,7 +208,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     # ------------------------------------------------------------ collect + admit
                     accepted, swarm_stats = exchange.collect(r, lambda item: admission.check(item, r))
                     for peer, packet in accepted:
-                        buffer.add(packet.groups, peer, packet.policy_version, packet.round)
+                        buffer.add(packet.groups, peer)
                     row.update(swarm_stats, **admission.take_stats())
 
                 # ---------------------------------------------------------------- combine
