@@ -102,7 +102,7 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
     checkpoint = latest_checkpoint(cfg.out) if resume else None
     policy = load_policy(cfg, base, checkpoint)
     parts = Parts(cfg, task, eval_task, held_out(eval_task, cfg.task.eval_limit), base, policy,
-                  build_sampler(cfg, policy), Trainer(policy, cfg), first=0)
+                  build_sampler(cfg, policy), Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature), first=0)
     status.update(model=cfg.model.name, params=sum(p.numel() for p in policy.model.parameters()),
                   trainable_params=sum(p.numel() for p in policy.trainable_parameters()))
     check_memory(cfg, policy, len(prompt_tokens(policy, task, task.split("train")[0])))

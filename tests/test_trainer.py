@@ -11,6 +11,10 @@ from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.trainer import Trainer
 
 
+def _trainer(policy, cfg):
+    return Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature)
+
+
 def _groups_with_signal(policy, task):
     groups = generate_groups(HFSampler(policy), policy, task, round_examples(task, 1, 2, "t"),
                              RolloutConfig(group_size=4, max_new_tokens=5), seed=0)
@@ -24,7 +28,7 @@ def test_one_step_changes_every_trainable_parameter(arith):
     cfg = NodeConfig()
     cfg.train.lr, cfg.train.micro_batch = 1e-2, 3
     policy = Policy.load(ModelConfig(name="tiny-s"))
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
     stats = trainer.step(_groups_with_signal(policy, arith))
     unchanged = [n for n, p in policy.model.named_parameters() if torch.equal(p, before[n])]
@@ -38,7 +42,7 @@ def test_lora_step_changes_only_the_adapter(arith):
     cfg.train.lr = 1e-2
     policy = Policy.load(ModelConfig(name="tiny-s", lora_r=4))
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
     # LoRA's B starts at zero, so A's gradient is zero on the first step: take two.
     trainer.step(_groups_with_signal(policy, arith))
     trainer.step(_groups_with_signal(policy, arith))
@@ -54,7 +58,7 @@ def test_groups_without_signal_take_no_step(tiny_policy, arith):
             c.reward = 1.0
     cfg = NodeConfig()
     cfg.train.lr = 1e-3
-    trainer = Trainer(tiny_policy, cfg)
+    trainer = _trainer(tiny_policy, cfg)
     before = [p.detach().clone() for p in tiny_policy.trainable_parameters()]
     stats = trainer.step(groups)
     assert stats["train/active_frac"] == 0.0 and trainer.policy_version == 0
@@ -68,7 +72,7 @@ def test_micro_batching_matches_one_big_batch(arith):
         cfg = NodeConfig()
         cfg.train.lr, cfg.train.micro_batch, cfg.train.max_grad_norm = 1e-3, micro, 0.0
         policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
-        trainer = Trainer(policy, cfg)
+        trainer = _trainer(policy, cfg)
         # keep weights, compare the gradients the optimizer would apply (the trainer frees them after the step)
         trainer.optimizer.step = lambda: grads.append([p.grad.clone() for p in policy.trainable_parameters()])
         trainer.step(_groups_with_signal(policy, arith))
@@ -85,7 +89,7 @@ def test_bf16_compute_keeps_float32_master_weights_that_absorb_tiny_updates(arit
     policy = Policy.load(ModelConfig(name="tiny-s", dtype="bfloat16"))
     assert policy.compute_dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in policy.trainable_parameters())
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
     groups = _groups_with_signal(policy, arith)
     before = [p.detach().clone() for p in policy.trainable_parameters()]
     for _ in range(5):
@@ -124,7 +128,7 @@ def test_an_untrusted_peers_negatives_carry_no_gradient_unless_configured(arith)
         cfg.train.lr, cfg.train.max_grad_norm, cfg.loss.peer_negative_weight = 1e-3, 0.0, weight
         cfg.loss.peer_plausibility_margin = margin
         policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
-        trainer, grads = Trainer(policy, cfg), []
+        trainer, grads = _trainer(policy, cfg), []
         trainer.optimizer.step = lambda: grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
         groups = _groups_with_signal(policy, arith)
         stats = trainer.step(groups, untrusted)
@@ -165,7 +169,7 @@ def test_an_untrusted_peers_implausible_positives_teach_nothing(arith):
         for c in groups[1].completions:  # the second group: completions no tiny model would write
             c.tokens = np.asarray(implausible_tokens, np.uint32)
             c.logprobs = np.full(len(implausible_tokens), -0.5, np.float32)  # whatever the peer claims
-        return Trainer(policy, cfg).step(groups, untrusted)
+        return _trainer(policy, cfg).step(groups, untrusted)
 
     second_untrusted = [False] * 4 + [True] * 4
     assert step(second_untrusted, 1.0)["train/peer_implausible_frac"] == 2 / 8  # its two positives
@@ -179,7 +183,7 @@ def test_the_plausibility_bar_never_falls_below_the_first_steps():
     cfg = NodeConfig()
     cfg.train.lr = 1e-3
     policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
 
     def floors(own_logprob: float):
         groups = _groups_with_signal(policy, arith_task())

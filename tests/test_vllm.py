@@ -149,7 +149,7 @@ def _train_one_step(policy, sampler, arith) -> int:
     for group in groups:
         for k, c in enumerate(group.completions):
             c.reward = float(k % 2)
-    trainer = Trainer(policy, cfg)
+    trainer = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature)
     trainer.step(groups)
     return trainer.policy_version
 

@@ -24,8 +24,15 @@ import torch
 from swarm_node import metrics as M
 from swarm_node.train.policy import Policy
 from swarm_node.wire.codec import Group
-from swarm_node.config import NodeConfig
+from swarm_node.config import LossConfig, TrainConfig
 from swarm_node.train.loss import group_advantages, implausible, policy_loss, teach_only
+
+
+def loss_settings(cfg: LossConfig) -> dict:
+    """The keyword arguments of `loss.policy_loss` from the config's loss section (peer_* are the trainer's)."""
+    return dict(variant=cfg.variant, eps=cfg.eps, C=cfg.C, g=cfg.g, kl_estimator=cfg.kl_estimator,
+                kl_reduce=cfg.kl_reduce, C_negative=cfg.C_negative, positive_floor=cfg.positive_floor,
+                check_certain_claims=cfg.check_certain_claims)
 
 
 def _merge_stats(acc: dict[str, float], stats: dict[str, float], weight: float) -> None:
@@ -40,13 +47,13 @@ def _merge_stats(acc: dict[str, float], stats: dict[str, float], weight: float) 
 
 
 class Trainer:
-    """Holds the optimizer and the policy version; `step(groups)` is one update."""
+    """Holds the optimizer and the policy version; `step(groups)` is one update. `temperature`:
+    the sampling temperature (log-probs are compared at it)."""
 
-    def __init__(self, policy: Policy, cfg: NodeConfig):
-        assert cfg.train.lr is not None, "resolve the config's defaults first (swarm_node.train.defaults.resolve)"
-        self.policy, self.cfg = policy, cfg
-        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.train.lr,
-                                           weight_decay=cfg.train.weight_decay)
+    def __init__(self, policy: Policy, train: TrainConfig, loss: LossConfig, temperature: float):
+        assert train.lr is not None, "resolve the config's defaults first (swarm_node.train.defaults.resolve)"
+        self.policy, self.train, self.loss, self.temperature = policy, train, loss, temperature
+        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.policy_version = 0
         self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
 
@@ -62,7 +69,7 @@ class Trainer:
         advantages = group_advantages(rewards, group_ids)  # [N]
         from_untrusted = torch.tensor(untrusted if untrusted is not None else [False] * len(rewards), dtype=torch.bool)  # [N]
         peer_negatives = float(((advantages < 0) & from_untrusted).float().mean()) if len(rewards) else 0.0
-        advantages = teach_only(advantages, from_untrusted, self.cfg.loss.peer_negative_weight)  # [N]
+        advantages = teach_only(advantages, from_untrusted, self.loss.peer_negative_weight)  # [N]
         floors = self._plausibility_floors(gen_logps, from_untrusted)
         n_implausible = 0
         active = [i for i in range(len(completions)) if advantages[i] != 0 and len(completions[i]) > 0]
@@ -70,30 +77,30 @@ class Trainer:
         stats: dict[str, float] = {}
         self.policy.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        micro = self.cfg.train.micro_batch
+        micro = self.train.micro_batch
         for s in range(0, len(active), micro):
             idx = active[s:s + micro]
             logp, mask = self.policy.token_logprobs([prompts[i] for i in idx], [completions[i] for i in idx],
-                                                    self.cfg.rollout.temperature, self.cfg.train.logprob_chunk)  # [b, T], [b, T]
+                                                    self.temperature, self.train.logprob_chunk)  # [b, T], [b, T]
             gen = torch.zeros_like(logp)  # [b, T]
             for row, i in enumerate(idx):
                 gen[row, :len(gen_logps[i])] = torch.from_numpy(gen_logps[i].astype("float32"))
             adv = advantages[idx].to(logp.device)  # [b]
             peer = from_untrusted[idx].to(logp.device)  # [b]
-            if self.cfg.loss.peer_plausibility_margin is not None:  # an untrusted peer's claims carry no weight
+            if self.loss.peer_plausibility_margin is not None:  # an untrusted peer's claims carry no weight
                 gen = torch.where(peer[:, None], logp.detach(), gen)  # [b, T] its samples taken as on-policy
             if floors is not None:  # an untrusted peer's positive must be plausible under our policy
                 drop = implausible(logp, mask, *floors) & peer & (adv > 0)  # [b]
                 n_implausible += int(drop.sum())
                 adv = torch.where(drop, torch.zeros_like(adv), adv)  # [b]
-            loss, mb_stats = policy_loss(logp, gen, adv, mask, self.cfg.loss)
+            loss, mb_stats = policy_loss(logp, gen, adv, mask, **loss_settings(self.loss))
             (loss * len(idx) / total).backward()
             _merge_stats(stats, mb_stats, len(idx) / len(active))
         grad_norm = 0.0
         if active:
             params = self.policy.trainable_parameters()
-            if self.cfg.train.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.train.max_grad_norm))
+            if self.train.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.train.max_grad_norm))
             self.optimizer.step()
             self.policy_version += 1
         self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation (memory)
@@ -106,7 +113,7 @@ class Trainer:
     def _plausibility_floors(self, gen_logps: list, untrusted: torch.Tensor) -> tuple[float, float] | None:
         """(F_mean, F_token) of loss.implausible for this step, anchored at their first values
         (None: no check, or no untrusted sample in the step)."""
-        margin = self.cfg.loss.peer_plausibility_margin
+        margin = self.loss.peer_plausibility_margin
         own = [lp for lp, u in zip(gen_logps, untrusted.tolist()) if not u and len(lp)]
         if margin is None or not own:
             return None
