@@ -8,7 +8,7 @@ the library's functions from the outside (no library edits): per round, seconds 
   exchange   Exchange.round, split into encode / offer (DHT record publish) / collect (DHT lookups,
              waiting for peers, fetching) / accept (decode, validate, re-score peers' packets) /
              peer lookups (HivemindTransport.peers)
-  logprob    Policy.token_logprobs forward (training log-probs, with grad)
+  logprob    Policy.completion_logprobs forward (training log-probs, with grad)
   loss       loss.policy_loss
   backward   Tensor.backward (includes the checkpointed chunks' recompute)
   step       clip_grad_norm_ + AdamW.step
@@ -80,7 +80,7 @@ def worker(args) -> None:
     where = {"eval": False}
     for owner, attr, key in [
         (HFSampler, "_generate", lambda a: "eval/generate" if where["eval"] else "generate"),
-        (Policy, "token_logprobs", "logprob"),
+        (Policy, "completion_logprobs", "logprob"),
         (rollout_mod, "score", "reward"),  # own completions (generate_groups looks it up at call time)
         (admit_mod, "score", "exchange/peer_reward"),  # peers' completions, inside Admission.check
         (trainer_mod, "policy_loss", "loss"),
