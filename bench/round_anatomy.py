@@ -4,11 +4,11 @@ Runs the real round loop (`swarm_node.node.run`) in worker processes, with timer
 the library's functions from the outside (no library edits): per round, seconds in
 
   generate   Policy.generate (sampling 2 prompts x 12 completions)
-  reward     rollout.score on our own completions
+  reward     Scorer.score on our own completions (decoding included)
   exchange   Exchange.round, split into encode / offer (DHT record publish) / collect (DHT lookups,
              waiting for peers, fetching) / accept (decode, validate, re-score peers' packets) /
              peer lookups (HivemindTransport.peers)
-  logprob    Policy.token_logprobs forward (training log-probs, with grad)
+  logprob    Policy.completion_logprobs forward (training log-probs, with grad)
   loss       loss.policy_loss
   backward   Tensor.backward (includes the checkpointed chunks' recompute)
   step       clip_grad_norm_ + AdamW.step
@@ -69,20 +69,29 @@ def worker(args) -> None:
     import swarm_node.swarm.admit as admit_mod
     import swarm_node.swarm.exchange as exchange_mod
     import swarm_node.node as node_mod
-    import swarm_node.train.rollout as rollout_mod
     import swarm_node.train.trainer as trainer_mod
     from swarm_node.train.policy import Policy
     from swarm_node.config import load_config
     from swarm_node.net.hivemind import HivemindTransport
     from swarm_node.train.sampling.hf import HFSampler
 
+    from swarm_node.tasks.scoring import Scorer
+
     timers = C.Timers(sync=torch.cuda.synchronize if args.device.startswith("cuda") else None)
-    where = {"eval": False}
+    where = {"eval": False, "admit": False}
+    check = admit_mod.Admission.check
+
+    def admitting(self, *a, **kw):  # peers' completions are scored inside Admission.check
+        where["admit"] = True
+        try:
+            return check(self, *a, **kw)
+        finally:
+            where["admit"] = False
+    admit_mod.Admission.check = admitting
     for owner, attr, key in [
         (HFSampler, "_generate", lambda a: "eval/generate" if where["eval"] else "generate"),
-        (Policy, "token_logprobs", "logprob"),
-        (rollout_mod, "score", "reward"),  # own completions (generate_groups looks it up at call time)
-        (admit_mod, "score", "exchange/peer_reward"),  # peers' completions, inside Admission.check
+        (Policy, "completion_logprobs", "logprob"),
+        (Scorer, "score", lambda a: "exchange/peer_reward" if where["admit"] else "reward"),
         (trainer_mod, "policy_loss", "loss"),
         (torch.Tensor, "backward", "backward"),
         (torch.nn.utils, "clip_grad_norm_", "step"),

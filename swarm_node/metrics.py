@@ -24,6 +24,14 @@ log = logging.getLogger(__name__)
 # (the loss's own keys, `is/*`, `filter/*`, `loss/*`, are `swarm_node.train.loss.STAT_KEYS`)
 ROUND, NODE = "round", "node"
 REWARD_MEAN, FORMAT_FAIL_FRAC = "reward/mean", "reward/format_fail_frac"
+REWARD_ZERO_STD_FRAC = "reward/frac_reward_zero_std"  # share of groups whose rewards are all equal
+MEAN_LENGTH, CLIPPED_RATIO = "completions/mean_length", "completions/clipped_ratio"  # clipped: hit max_new_tokens
+# the sampler/trainer mismatch on own samples (TRL's names), d = logp - gen_logp per completion token:
+MISMATCH_LOGP_DIFF_MEAN = "sampling/sampling_logp_difference/mean"  # mean |d|
+MISMATCH_LOGP_DIFF_MAX = "sampling/sampling_logp_difference/max"  # max |d|
+MISMATCH_RATIO_MIN, MISMATCH_RATIO_MEAN, MISMATCH_RATIO_MAX = (  # of exp(d)
+    "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+    "sampling/importance_sampling_ratio/max")
 EVAL_ACCURACY, EVAL_N, OOD_ACCURACY, OOD_N = "eval/accuracy", "eval/n", "ood/accuracy", "ood/n"
 TIME_GENERATE, TIME_EXCHANGE, TIME_TRAIN = "time/generate_s", "time/exchange_s", "time/train_s"
 TIME_EVAL, TIME_ROUND = "time/eval_s", "time/round_s"

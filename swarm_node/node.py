@@ -24,6 +24,7 @@ import torch
 from swarm_node import metrics as M
 from swarm_node.swarm.admit import Admission, Expectations
 from swarm_node.train.policy import Policy
+from swarm_node.train.batch import TrainBatch
 from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from swarm_node.wire.codec import tokenizer_fingerprint
 from swarm_node.config import NodeConfig
@@ -39,7 +40,6 @@ from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, gr
                                      round_examples, round_seed, sample_groups)
 from swarm_node.train.sampling import Sampler
 from swarm_node.train.sampling.hf import HFSampler
-from swarm_node.train.sampling.mismatch import own_sample_mismatch
 from swarm_node.status import StatusFile
 from swarm_node.tasks import Task, load_task
 from swarm_node.tracking import check_trackers, open_tracker
@@ -101,8 +101,9 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
             warmstart={"step": step, "steps": cfg.train.warmstart_steps, "loss": loss}))
     checkpoint = latest_checkpoint(cfg.out) if resume else None
     policy = load_policy(cfg, base, checkpoint)
-    parts = Parts(cfg, task, eval_task, held_out(eval_task, cfg.task.eval_limit), base, policy,
-                  build_sampler(cfg, policy), Trainer(policy, cfg), first=0)
+    sampler = build_sampler(cfg, policy)
+    trainer = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature, sampler.on_policy)
+    parts = Parts(cfg, task, eval_task, held_out(eval_task, cfg.task.eval_limit), base, policy, sampler, trainer, first=0)
     status.update(model=cfg.model.name, params=sum(p.numel() for p in policy.model.parameters()),
                   trainable_params=sum(p.numel() for p in policy.trainable_parameters()))
     check_memory(cfg, policy, len(prompt_tokens(policy, task, task.split("train")[0])))
@@ -198,12 +199,9 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key)
                 own = sample_groups(sampler, scorer, examples, cfg.rollout, round_seed(draws, r))
                 texts = scorer.score(own)
-                buffer.add(own, OWN, trainer.policy_version, r)
+                buffer.add(own, OWN)
                 row.update(group_stats(own), **{M.FORMAT_FAIL_FRAC: scorer.format_fail_frac(texts),
                                                 M.TIME_GENERATE: time.perf_counter() - t})
-                if not isinstance(sampler, HFSampler):  # HF samples are the trainer's own: ratio 1 by construction
-                    row.update(own_sample_mismatch(policy, own, cfg.rollout.temperature, cfg.train.micro_batch,
-                                                   cfg.train.logprob_chunk))
 
                 if exchange is not None:
                     # ------------------------------------------------------------ offer
@@ -212,7 +210,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     # ------------------------------------------------------------ collect + admit
                     accepted, swarm_stats = exchange.collect(r, admission)
                     for peer, packet in accepted:
-                        buffer.add(packet.groups, peer, packet.policy_version, packet.round)
+                        buffer.add(packet.groups, peer)
                     row.update(swarm_stats)
 
                 # ---------------------------------------------------------------- combine
@@ -226,7 +224,9 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
 
                 # ---------------------------------------------------------------- train
                 groups, sources = combine(rollouts, cfg.swarm.mode)
-                row.update(trainer.step(groups, [s != OWN and s not in trusted for s in sources]))
+                batch = TrainBatch.from_groups(groups, policy.pad_id, own=[s == OWN for s in sources],
+                                               untrusted=[s != OWN and s not in trusted for s in sources])
+                row.update(trainer.step(batch))
 
                 # ---------------------------------------------------------------- sync weights
                 sampler.sync(policy, trainer.policy_version)

@@ -8,10 +8,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm_node.train.loss import LossConfig, group_advantages, policy_loss, sequence_divergence
+from swarm_node import config
+from swarm_node.config import LossConfig
+from swarm_node.train import loss as L
+from swarm_node.train.loss import VARIANTS, group_advantages, sequence_divergence
+from swarm_node.train.trainer import loss_settings
 
 ALL_VARIANTS = ["nois", "grpo", "vis", "tis", "f-nois", "f-vis", "f-tis"]
 D64 = torch.float64
+
+
+def policy_loss(logp, gen, adv, mask, cfg: LossConfig):
+    """loss.policy_loss with a LossConfig's settings, passed as the trainer passes them."""
+    return L.policy_loss(logp, gen, adv, mask, **loss_settings(cfg))
 
 
 def run(logp, gen, adv, mask, **cfg):
@@ -27,6 +36,7 @@ def run(logp, gen, adv, mask, **cfg):
 def reference(logp, gen, adv, mask, cfg: LossConfig):
     """Python loops over i, t with analytic d loss / d logp. Returns (loss, grad[B][T], dropped[B])."""
     clampf = lambda v: max(-20.0, min(20.0, v))
+    base, filtered = VARIANTS[cfg.variant]
     B, T = len(logp), len(logp[0])
     loss, grad, dropped = 0.0, [[0.0] * T for _ in range(B)], []
     for i in range(B):
@@ -42,15 +52,15 @@ def reference(logp, gen, adv, mask, cfg: LossConfig):
             gen[i] = list(logp[i])  # a claim of certainty: treated as on-policy
             D = 0.0
         a = adv[i]
-        drop = cfg.filtered and not (a > 0 or D < cfg.g)
+        drop = filtered and not (a > 0 or D < cfg.g)
         dropped.append(drop and a != 0)
         if drop:
             a = 0.0
         for t in toks:
             w = math.exp(clampf(logp[i][t] - gen[i][t]))  # pi_theta / pi_gen
-            if cfg.base in ("nois", "tis"):
+            if base in ("nois", "tis"):
                 val, dval = a, a  # R == 1, inside the clip range, dR/dlogp = 1
-                if cfg.base == "tis":
+                if base == "tis":
                     cap = cfg.C_negative if a < 0 and cfg.C_negative is not None else cfg.C
                     wt = max(min(w, cap), cfg.positive_floor if a > 0 else 0.0)
                     val, dval = wt * a, wt * a
@@ -326,14 +336,18 @@ def test_config_validation(kwargs):
         LossConfig(**kwargs)
 
 
-def test_config_error_lists_valid_values_and_properties():
+def test_config_error_lists_valid_values_and_the_variant_table():
     with pytest.raises(ValueError, match="f-tis"):
         LossConfig(variant="bogus")
     expect = {"nois": ("nois", False), "grpo": ("nois", False), "vis": ("vis", False), "tis": ("tis", False),
               "f-nois": ("nois", True), "f-vis": ("vis", True), "f-tis": ("tis", True)}
-    for v, (base, filt) in expect.items():
-        c = LossConfig(variant=v)
-        assert (c.base, c.filtered) == (base, filt)
+    assert VARIANTS == expect and set(config.LOSS_VARIANTS) == set(VARIANTS)  # config validates loss's names
+    assert (config.KL_ESTIMATORS, config.KL_REDUCES) == (L.KL_ESTIMATORS, L.KL_REDUCES)
+    for v in VARIANTS:
+        LossConfig(variant=v)
+    with pytest.raises(ValueError, match="unknown variant"):
+        L.policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1),
+                         **{**loss_settings(LossConfig()), "variant": "bogus"})
     c = LossConfig()
     assert (c.variant, c.C, c.g, c.eps, c.kl_estimator, c.kl_reduce) == ("f-tis", 2.0, 50.0, 0.2, "k3", "sum")
 

@@ -87,6 +87,7 @@ def test_lora_sits_on_the_real_attention_projections_and_one_round_changes_every
     from swarm_node.train.rollout import generate_groups
     from swarm_node.train.sampling.hf import HFSampler
     from swarm_node.tasks import load_task
+    from swarm_node.train.batch import TrainBatch
     from swarm_node.train.trainer import Trainer
 
     policy = _lora_policy()
@@ -103,7 +104,7 @@ def test_lora_sits_on_the_real_attention_projections_and_one_round_changes_every
         for k, c in enumerate(g.completions):
             c.reward = float(k % 2 == 0)
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
-    stats = Trainer(policy, cfg).step(groups)
+    stats = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature).step(TrainBatch.from_groups(groups, policy.pad_id))
     assert stats["train/active_frac"] == 1.0
     changed = {n for n, p in policy.model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])}
     # B starts at zero, so the first step moves every B and no A (dL/dA = 0 while B = 0)

@@ -301,16 +301,19 @@ def test_lies_about_rewards_and_logprobs_are_bounded_not_trusted(crafted):
     # What the loss does with such log-probs: the IS weight is truncated at C and detached, so a
     # lying generator can scale a sequence's gradient by at most C; F-TIS drops A<0 sequences whose
     # divergence is large (log-prob -40 claims an absurdly unlikely sample).
-    from swarm_node.train.loss import LossConfig, policy_loss
+    from swarm_node.config import LossConfig
+    from swarm_node.train.loss import policy_loss
+    from swarm_node.train.trainer import loss_settings
 
+    settings = loss_settings(LossConfig())
     logp = torch.full((2, 4), -2.0, requires_grad=True)  # [B, T] receiver's own log-probs
     mask = torch.ones(2, 4)
     adv = torch.tensor([1.0, -1.0])
     for lie in (0.0, -40.0):
         gen = torch.full((2, 4), lie)
-        loss, s = policy_loss(logp, gen, adv, mask, LossConfig())
+        loss, s = policy_loss(logp, gen, adv, mask, **settings)
         grad, = torch.autograd.grad(loss, logp)
-        honest_grad, = torch.autograd.grad(policy_loss(logp, logp.detach(), adv, mask, LossConfig())[0], logp)
+        honest_grad, = torch.autograd.grad(policy_loss(logp, logp.detach(), adv, mask, **settings)[0], logp)
         assert grad.abs().max() <= LossConfig().C * honest_grad.abs().max() + 1e-6
     assert s["filter/dropped_frac"] == 0.5  # the A<0 sequence with the -40 lie is filtered out
 

@@ -75,23 +75,23 @@ def test_nodes_without_a_seed_draw_their_own_prompts_and_samples(arith):
 def test_buffer_takes_own_groups_and_a_fair_share_of_peer_groups():
     own, a, b, c = (object() for _ in range(4))
     buffer = RolloutBuffer(max_peer_groups=4, peer_groups_per_own=2.0, max_peer_share=1.0)
-    buffer.add([own, own], OWN, 7, 3)
-    buffer.add([a] * 5, "a", 2, 3)
-    buffer.add([c] * 3, "c", 5, 2)
-    buffer.add([b], "b", 1, 3)
+    buffer.add([own, own], OWN)
+    buffer.add([a] * 5, "a")
+    buffer.add([c] * 3, "c")
+    buffer.add([b], "b")
     taken = buffer.take(0)
     assert [x.group for x in taken] == [own, own, a, b, c, a]  # b's only group makes it despite a's flood
-    assert [(x.source, x.policy_version, x.round) for x in taken[:3]] == [(OWN, 7, 3), (OWN, 7, 3), ("a", 2, 3)]
+    assert [x.source for x in taken] == [OWN, OWN, "a", "b", "c", "a"]
     assert buffer.take() == []  # drained: unused peer groups are not carried over
     buffer.max_peer_groups, buffer.peer_groups_per_own = 100, 100.0
-    buffer.add([own], OWN, 7, 3)
-    buffer.add([a] * 5, "a", 2, 3)
-    buffer.add([b], "b", 1, 3)
-    buffer.add([c] * 3, "c", 5, 2)
+    buffer.add([own], OWN)
+    buffer.add([a] * 5, "a")
+    buffer.add([b], "b")
+    buffer.add([c] * 3, "c")
     assert [x.group for x in buffer.take(0)][1:] == [a, b, c, a, c, a, c, a, a]
     buffer.max_peer_groups = 0
-    buffer.add([own], OWN, 7, 3)
-    buffer.add([a], "a", 2, 3)
+    buffer.add([own], OWN)
+    buffer.add([a], "a")
     assert [x.group for x in buffer.take()] == [own]
 
 
@@ -104,14 +104,14 @@ def test_buffer_takes_own_groups_and_a_fair_share_of_peer_groups():
 ])
 def test_peer_influence_is_bounded_relative_to_own_data(n_own, ratio, share, peers, expected_peer_groups, most_from_one):
     buffer = RolloutBuffer(max_peer_groups=24, peer_groups_per_own=ratio, max_peer_share=share)
-    buffer.add([object() for _ in range(n_own)], OWN, 0, 1)
+    buffer.add([object() for _ in range(n_own)], OWN)
     for peer, n in peers.items():
-        buffer.add([object() for _ in range(n)], peer, 0, 1)
+        buffer.add([object() for _ in range(n)], peer)
     for round_index in range(4):  # the bound holds whichever peer the round-robin starts with
         if round_index:
-            buffer.add([object() for _ in range(n_own)], OWN, 0, 1)
+            buffer.add([object() for _ in range(n_own)], OWN)
             for peer, n in peers.items():
-                buffer.add([object() for _ in range(n)], peer, 0, 1)
+                buffer.add([object() for _ in range(n)], peer)
         sources = [x.source for x in buffer.take(round_index)]
         assert sources[:n_own] == [OWN] * n_own
         assert len(sources) - n_own == expected_peer_groups <= ratio * n_own
@@ -123,9 +123,9 @@ def test_horizontal_buffer_takes_one_group_per_prompt_per_peer():
         return type("G", (), {"example_id": example_id})()
 
     buffer = RolloutBuffer(max_peer_groups=24, horizontal=True)
-    buffer.add([g("x"), g("y")], OWN, 0, 1)
-    buffer.add([g("x"), g("x"), g("z"), g("y")], "flood", 0, 1)
-    buffer.add([g("y")], "honest", 0, 1)
+    buffer.add([g("x"), g("y")], OWN)
+    buffer.add([g("x"), g("x"), g("z"), g("y")], "flood")
+    buffer.add([g("y")], "honest")
     taken = buffer.take(0)
     assert [(x.source, x.group.example_id) for x in taken[2:]] == [("flood", "x"), ("honest", "y"), ("flood", "y")]
 
@@ -135,8 +135,8 @@ def test_combine(tiny_policy, arith, mode):
     groups = _groups(tiny_policy, arith, round_examples(arith, 5, 2, "peer"), RolloutConfig(group_size=3, max_new_tokens=4))
     peer_copy = [type(g)(g.task, g.example_id, g.prompt_tokens, list(g.completions)) for g in groups]
     buffer = RolloutBuffer(max_peer_groups=10, horizontal=mode == "horizontal")
-    buffer.add(groups, OWN, 0, 1)
-    buffer.add(peer_copy, "peer", 0, 1)
+    buffer.add(groups, OWN)
+    buffer.add(peer_copy, "peer")
     batch, sources = combine(buffer.take(), mode)
     if mode == "vertical":
         assert len(batch) == 4 and sources == [OWN] * 6 + ["peer"] * 6

@@ -7,8 +7,17 @@ import torch
 from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig, NodeConfig, RolloutConfig
 from swarm_node.train.rollout import generate_groups, round_examples
+from swarm_node.train.batch import TrainBatch
 from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.trainer import Trainer
+
+
+def _trainer(policy, cfg):
+    return Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature)
+
+
+def _batch(policy, groups, untrusted=None):
+    return TrainBatch.from_groups(groups, policy.pad_id, untrusted=untrusted)
 
 
 def _groups_with_signal(policy, task):
@@ -24,9 +33,9 @@ def test_one_step_changes_every_trainable_parameter(arith):
     cfg = NodeConfig()
     cfg.train.lr, cfg.train.micro_batch = 1e-2, 3
     policy = Policy.load(ModelConfig(name="tiny-s"))
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    stats = trainer.step(_groups_with_signal(policy, arith))
+    stats = trainer.step(_batch(policy, _groups_with_signal(policy, arith)))
     unchanged = [n for n, p in policy.model.named_parameters() if torch.equal(p, before[n])]
     assert unchanged == []
     assert trainer.policy_version == 1 and stats["train/active_frac"] == 1.0
@@ -38,10 +47,10 @@ def test_lora_step_changes_only_the_adapter(arith):
     cfg.train.lr = 1e-2
     policy = Policy.load(ModelConfig(name="tiny-s", lora_r=4))
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
     # LoRA's B starts at zero, so A's gradient is zero on the first step: take two.
-    trainer.step(_groups_with_signal(policy, arith))
-    trainer.step(_groups_with_signal(policy, arith))
+    trainer.step(_batch(policy, _groups_with_signal(policy, arith)))
+    trainer.step(_batch(policy, _groups_with_signal(policy, arith)))
     changed = {n for n, p in policy.model.named_parameters() if not torch.equal(p, before[n])}
     trainable = {n for n, p in policy.model.named_parameters() if p.requires_grad}
     assert changed == trainable and all("lora_" in n for n in changed)
@@ -54,9 +63,9 @@ def test_groups_without_signal_take_no_step(tiny_policy, arith):
             c.reward = 1.0
     cfg = NodeConfig()
     cfg.train.lr = 1e-3
-    trainer = Trainer(tiny_policy, cfg)
+    trainer = _trainer(tiny_policy, cfg)
     before = [p.detach().clone() for p in tiny_policy.trainable_parameters()]
-    stats = trainer.step(groups)
+    stats = trainer.step(_batch(tiny_policy, groups))
     assert stats["train/active_frac"] == 0.0 and trainer.policy_version == 0
     assert all(torch.equal(a, b) for a, b in zip(before, tiny_policy.trainable_parameters()))
 
@@ -68,10 +77,10 @@ def test_micro_batching_matches_one_big_batch(arith):
         cfg = NodeConfig()
         cfg.train.lr, cfg.train.micro_batch, cfg.train.max_grad_norm = 1e-3, micro, 0.0
         policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
-        trainer = Trainer(policy, cfg)
+        trainer = _trainer(policy, cfg)
         # keep weights, compare the gradients the optimizer would apply (the trainer frees them after the step)
         trainer.optimizer.step = lambda: grads.append([p.grad.clone() for p in policy.trainable_parameters()])
-        trainer.step(_groups_with_signal(policy, arith))
+        trainer.step(_batch(policy, _groups_with_signal(policy, arith)))
         assert all(p.grad is None for p in policy.trainable_parameters())  # not kept through generation
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-6)
@@ -85,11 +94,11 @@ def test_bf16_compute_keeps_float32_master_weights_that_absorb_tiny_updates(arit
     policy = Policy.load(ModelConfig(name="tiny-s", dtype="bfloat16"))
     assert policy.compute_dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in policy.trainable_parameters())
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
     groups = _groups_with_signal(policy, arith)
     before = [p.detach().clone() for p in policy.trainable_parameters()]
     for _ in range(5):
-        trainer.step(groups)
+        trainer.step(_batch(policy, groups))
     changed = sum(int((p != b).sum()) for p, b in zip(policy.trainable_parameters(), before))
     total = sum(b.numel() for b in before)
     assert changed / total > 0.99, f"only {changed / total:.1%} of trainable weights changed"
@@ -124,10 +133,10 @@ def test_an_untrusted_peers_negatives_carry_no_gradient_unless_configured(arith)
         cfg.train.lr, cfg.train.max_grad_norm, cfg.loss.peer_negative_weight = 1e-3, 0.0, weight
         cfg.loss.peer_plausibility_margin = margin
         policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
-        trainer, grads = Trainer(policy, cfg), []
+        trainer, grads = _trainer(policy, cfg), []
         trainer.optimizer.step = lambda: grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
         groups = _groups_with_signal(policy, arith)
-        stats = trainer.step(groups, untrusted)
+        stats = trainer.step(_batch(policy, groups, untrusted))
         return grads[0], stats
 
     n = 8  # two groups of four: rewards 0, 1, 0, 1
@@ -165,7 +174,7 @@ def test_an_untrusted_peers_implausible_positives_teach_nothing(arith):
         for c in groups[1].completions:  # the second group: completions no tiny model would write
             c.tokens = np.asarray(implausible_tokens, np.uint32)
             c.logprobs = np.full(len(implausible_tokens), -0.5, np.float32)  # whatever the peer claims
-        return Trainer(policy, cfg).step(groups, untrusted)
+        return _trainer(policy, cfg).step(_batch(policy, groups, untrusted))
 
     second_untrusted = [False] * 4 + [True] * 4
     assert step(second_untrusted, 1.0)["train/peer_implausible_frac"] == 2 / 8  # its two positives
@@ -179,14 +188,13 @@ def test_the_plausibility_bar_never_falls_below_the_first_steps():
     cfg = NodeConfig()
     cfg.train.lr = 1e-3
     policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
-    trainer = Trainer(policy, cfg)
+    trainer = _trainer(policy, cfg)
 
     def floors(own_logprob: float):
         groups = _groups_with_signal(policy, arith_task())
         for c in groups[0].completions:
             c.logprobs = np.full(len(c.tokens), own_logprob, np.float32)
-        flags = torch.tensor([False] * 4 + [True] * 4)
-        return trainer._plausibility_floors([c.logprobs for g in groups for c in g.completions], flags)
+        return trainer._plausibility_floors(_batch(policy, groups, [False] * 4 + [True] * 4))
 
     first = floors(-0.2)
     assert first == pytest.approx((-1.2, -1.2))

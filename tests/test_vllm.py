@@ -14,13 +14,14 @@ import threading
 import pytest
 import torch
 
+from swarm_node import metrics as M
+from swarm_node.train.batch import TrainBatch
 from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig, load_config
 from swarm_node.train.rollout import generate_groups, prompt_tokens, round_examples
-from swarm_node.train.sampling import mismatch as MM
 from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.sampling.vllm import SamplerError, VLLMSampler, check_supported, vllm_installed
-from swarm_node.train.trainer import Trainer
+from swarm_node.train.trainer import Trainer, mismatch_stats
 
 def needs_vllm(test):
     """A test that needs the vllm package: marked `vllm` (`make test` runs those in .venv-vllm)."""
@@ -77,6 +78,14 @@ def _prompts(policy, arith, n=16):
     return [prompt_tokens(policy, arith, ex) for ex in arith.split("test")[:n]]
 
 
+@torch.no_grad()
+def _mismatch(policy, groups, temperature: float) -> dict:
+    """The sampler/trainer mismatch stats of `groups`' completions, all of them, under `policy`."""
+    batch = TrainBatch.from_groups(groups, policy.pad_id)
+    logp = policy.completion_logprobs(batch.ids, batch.attention, batch.prompt_len, batch.mask, temperature)  # [N, T]
+    return mismatch_stats((logp.cpu() - batch.gen_logp)[batch.mask > 0])
+
+
 def _assert_greedy_equal(sampler, policy, prompts, max_new_tokens=24):
     ours, theirs = sampler.greedy(prompts, max_new_tokens), HFSampler(policy).greedy(prompts, max_new_tokens)
     for a, b in zip(ours, theirs):
@@ -121,10 +130,11 @@ def test_sampled_logprobs_are_the_trainers_at_the_sampling_temperature(full, ari
     policy, sampler = full
     cfg = load_config(None, [f"rollout.temperature={temperature}", "rollout.group_size=4", "rollout.max_new_tokens=16"]).rollout
     groups = generate_groups(sampler, policy, arith, round_examples(arith, 1, 4, "vllm"), cfg, seed=7)
-    stats = MM.own_sample_mismatch(policy, groups, temperature)
-    assert stats[MM.LOGP_DIFF_MAX] < TOL and abs(stats[MM.RATIO_MIN] - 1) < TOL and abs(stats[MM.RATIO_MAX] - 1) < TOL
+    stats = _mismatch(policy, groups, temperature)
+    assert (stats[M.MISMATCH_LOGP_DIFF_MAX] < TOL and abs(stats[M.MISMATCH_RATIO_MIN] - 1) < TOL
+            and abs(stats[M.MISMATCH_RATIO_MAX] - 1) < TOL)
     if temperature != 1.0:  # not the raw (T = 1) log-probs
-        assert MM.own_sample_mismatch(policy, groups, 1.0)[MM.LOGP_DIFF_MEAN] > 1e-2
+        assert _mismatch(policy, groups, 1.0)[M.MISMATCH_LOGP_DIFF_MEAN] > 1e-2
     for c in (c for g in groups for c in g.completions):
         assert len(c.tokens) == len(c.logprobs) <= 16
         assert (c.finish_reason == "stop") == (c.tokens[-1] == policy.eos_id)
@@ -149,8 +159,9 @@ def _train_one_step(policy, sampler, arith) -> int:
     for group in groups:
         for k, c in enumerate(group.completions):
             c.reward = float(k % 2)
-    trainer = Trainer(policy, cfg)
-    trainer.step(groups)
+    trainer = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature, sampler.on_policy)
+    stats = trainer.step(TrainBatch.from_groups(groups, policy.pad_id, own=[True] * sum(len(g.completions) for g in groups)))
+    assert stats[M.MISMATCH_LOGP_DIFF_MAX] < TOL  # from the step's own forward, before it moved the weights
     return trainer.policy_version
 
 
@@ -281,7 +292,7 @@ def test_smollm2_in_vllm_answers_as_the_hf_sampler_does():
         assert sum(task.reward(policy.decode(s.tokens), ex) for s, ex in zip(ours, task.split("test")[:8])) >= 1
         cfg = load_config(None, ["rollout.group_size=4", "rollout.max_new_tokens=24"]).rollout
         groups = generate_groups(sampler, policy, task, round_examples(task, 1, 2, "vllm-smol"), cfg, seed=3)
-        stats = MM.own_sample_mismatch(policy, groups, 1.0)
-        assert stats[MM.LOGP_DIFF_MAX] < TOL, stats
+        stats = _mismatch(policy, groups, 1.0)
+        assert stats[M.MISMATCH_LOGP_DIFF_MAX] < TOL, stats
     finally:
         sampler.close()

@@ -36,7 +36,7 @@ Filter (f-nois, f-vis, f-tis). Per-sequence divergence from the sampled tokens o
     keep_i = (A_i > 0) or (D_i < g);   otherwise A_i := 0
   A dropped sequence still counts in B below; its gradient is exactly zero.
 
-Defences against forged generator log-probs (a peer controls gen_it; LossConfig, all off by default):
+Defences against forged generator log-probs (a peer controls gen_it; LossConfig: the first two on by default):
     C_negative          w_it = min(exp(logp_it - gen_it), C_negative) where A_i < 0: with 1.0 a
                         negative sample is never up-weighted, whatever the peer claims
     positive_floor      w_it = max(w_it, positive_floor) where A_i > 0: with 1.0 a correct sample is
@@ -86,10 +86,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from swarm_node.config import KL_ESTIMATORS, KL_REDUCES, LossConfig  # noqa: F401 (LossConfig: the loss's settings)
-
 LOG_CLAMP = 20.0  # |log-ratio| cap before exp; e^20 ~ 4.9e8
-# variant -> (base variant, filtered?)
+# variant -> (base variant, filtered?); config.py lists the same names to validate LossConfig.variant
+VARIANTS = {
+    "nois": ("nois", False), "grpo": ("nois", False), "vis": ("vis", False), "tis": ("tis", False),
+    "f-nois": ("nois", True), "f-vis": ("vis", True), "f-tis": ("tis", True),
+}
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_REDUCES = ("sum", "mean")
 STAT_KEYS = (
     "is/ratio_mean", "is/ratio_min", "is/ratio_max", "is/truncated_frac",
     "filter/dropped_frac", "filter/kl_mean", "loss/clip_frac", "loss/policy", "filter/certain_claims_frac",
@@ -159,8 +163,14 @@ def sequence_divergence(logp: Tensor, gen_logp: Tensor, mask: Tensor, estimator:
     return D  # [B]
 
 
-def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor, cfg: LossConfig) -> tuple[Tensor, dict[str, float]]:
-    """Scalar loss to minimise and a dict of python-float stats (keys: STAT_KEYS)."""
+def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor, *, variant: str, eps: float,
+                C: float, g: float, kl_estimator: str, kl_reduce: str, C_negative: float | None, positive_floor: float,
+                check_certain_claims: bool) -> tuple[Tensor, dict[str, float]]:
+    """Scalar loss to minimise and a dict of python-float stats (keys: STAT_KEYS). The settings are
+    config.LossConfig's (C_negative None: C), described in the module docstring."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; valid: {sorted(VARIANTS)}")
+    base, filtered = VARIANTS[variant]
     if logp.dim() != 2 or gen_logp.shape != logp.shape or mask.shape != logp.shape:
         raise ValueError(f"logp, gen_logp, mask must all be [B, T]; got {tuple(logp.shape)}, {tuple(gen_logp.shape)}, {tuple(mask.shape)}")
     if advantages.shape != logp.shape[:1]:
@@ -175,27 +185,27 @@ def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor
 
     # plausibility: a multi-token completion claimed certain (every gen log-prob exactly 0) -> on-policy
     certain = torch.zeros_like(m[:, 0])  # [B]
-    if cfg.check_certain_claims:
+    if check_certain_claims:
         certain = (n_tok >= 2) & ((gen == 0) & m).sum(-1).eq(n_tok)  # [B]
     gen = torch.where(certain[:, None], logp.detach(), gen)  # [B, T]
 
     # filter: zero non-positive advantages of sequences too far from the generator
-    D = sequence_divergence(logp, gen, m, cfg.kl_estimator, cfg.kl_reduce)  # [B]
-    dropped = (adv < 0) & (D >= cfg.g) if cfg.filtered else torch.zeros_like(m[:, 0])  # [B] (A_i == 0: no-op)
+    D = sequence_divergence(logp, gen, m, kl_estimator, kl_reduce)  # [B]
+    dropped = (adv < 0) & (D >= g) if filtered else torch.zeros_like(m[:, 0])  # [B] (A_i == 0: no-op)
     adv = torch.where(dropped, torch.zeros_like(adv), adv)  # [B]
 
     # ratios: value-clamped log-ratio, gradient d/dlogp via the live (logp - sg(logp)) part
     log_is = (logp.detach() - gen).clamp(-LOG_CLAMP, LOG_CLAMP)  # [B, T] log pi_theta/pi_gen, no grad
     is_ratio = log_is.exp()  # [B, T] pi_theta/pi_gen, no grad
     live = logp - logp.detach()  # [B, T] 0 in value, d/dlogp = 1
-    R = torch.exp(log_is + live) if cfg.base == "vis" else torch.exp(live)  # [B, T]
+    R = torch.exp(log_is + live) if base == "vis" else torch.exp(live)  # [B, T]
     unclipped = R * adv[:, None]  # [B, T]
-    clipped = R.clamp(1 - cfg.eps, 1 + cfg.eps) * adv[:, None]  # [B, T]
+    clipped = R.clamp(1 - eps, 1 + eps) * adv[:, None]  # [B, T]
     term = torch.minimum(unclipped, clipped)  # [B, T]
-    if cfg.base == "tis":
-        c_neg = cfg.C if cfg.C_negative is None else cfg.C_negative
-        cap = torch.where(adv < 0, torch.full_like(adv, c_neg), torch.full_like(adv, cfg.C))  # [B] per-sign cap
-        floor = torch.where(adv > 0, torch.full_like(adv, cfg.positive_floor), torch.zeros_like(adv))  # [B]
+    if base == "tis":
+        c_neg = C if C_negative is None else C_negative
+        cap = torch.where(adv < 0, torch.full_like(adv, c_neg), torch.full_like(adv, C))  # [B] per-sign cap
+        floor = torch.where(adv > 0, torch.full_like(adv, positive_floor), torch.zeros_like(adv))  # [B]
         term = term * torch.minimum(is_ratio, cap[:, None]).maximum(floor[:, None])  # [B, T] detached truncated weight
     per_seq = (term * mf).sum(-1) / n_tok.clamp(min=1)  # [B]
     loss = -per_seq.sum() / max(B, 1)  # []
@@ -211,7 +221,7 @@ def policy_loss(logp: Tensor, gen_logp: Tensor, advantages: Tensor, mask: Tensor
             torch.where(any_tok, (is_ratio * mf).sum() / n_all, one),  # []
             torch.where(any_tok, r_min, one),  # []
             torch.where(any_tok, r_max, one),  # []
-            ((is_ratio > cfg.C) & m).sum() / n_all,  # []
+            ((is_ratio > C) & m).sum() / n_all,  # []
             dropped.sum() / max(B, 1),  # []
             (D * has).sum() / has.sum().clamp(min=1),  # [] over non-empty sequences
             ((clipped < unclipped) & m).sum() / n_all,  # []

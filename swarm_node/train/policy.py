@@ -2,9 +2,10 @@
 
 It holds the model being trained and its tokenizer, on whatever device the model lives on:
 - text <-> token ids (`encode` / `decode`), saving, the trainable parameters;
-- `token_logprobs`: log-probs of given completions under the current weights (with grad), at
-  the same temperature, computed in time chunks under activation checkpointing so a
-  [B, T, V] logits tensor for the whole batch never exists, neither forward nor backward.
+- `completion_logprobs`: log-probs of a TrainBatch's completions (batch.py) under the current
+  weights (with grad), at the sampling temperature, computed in time chunks under activation
+  checkpointing so a [B, T, V] logits tensor never exists, neither forward nor backward;
+  `token_logprobs` does the same for lists of token ids.
 Sampling lives in `train/sampling/` (the HF sampler drives this same model).
 
 Built-in presets (presets.py) are randomly initialised models with a character tokenizer, so
@@ -25,6 +26,7 @@ from swarm_node.config import ModelConfig
 from swarm_node.errors import SwarmNodeError
 from swarm_node.tasks import Task
 from swarm_node.tasks.scoring import Scorer, decode, encode
+from swarm_node.train.batch import pad
 from swarm_node.train.models import hub_reachable, model_load_error, resolve_model_name
 from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer, load_tokenizer, preset_model
 
@@ -171,39 +173,31 @@ class Policy:
     # -- scoring ----------------------------------------------------------------------------
     def token_logprobs(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
                        chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs (with grad) of each completion token given its prompt, at `temperature`.
+        """Log-probs (with grad) of each completion token given its prompt, at `temperature`:
+        `logp` [B, T] and `mask` [B, T] (1 on completion tokens), T = longest completion."""
+        ids, attention, prompt_len, mask = pad(prompts, completions, self.pad_id)  # [B, L], [B, L], [B], [B, T]
+        return self.completion_logprobs(ids, attention, prompt_len, mask, temperature, chunk), mask.to(self.device)
 
-        Returns `logp` [B, T] and `mask` [B, T] (1 on completion tokens), T = longest completion.
-        Sequences are right-padded (prompt then completion); the final hidden states are projected
-        to the vocabulary `chunk` positions at a time under activation checkpointing, so peak
-        memory holds [B, chunk, V] logits instead of [B, T, V].
+    def completion_logprobs(self, ids: torch.Tensor, attention: torch.Tensor, prompt_len: torch.Tensor,
+                            mask: torch.Tensor, temperature: float = 1.0, chunk: int = 64) -> torch.Tensor:
+        """logp [B, T] (with grad, 0 where `mask` is 0) of the completion tokens of right-padded rows
+        (batch.py's layout: ids, attention [B, L], prompt_len [B], mask [B, T]).
+
+        The final hidden states are projected to the vocabulary `chunk` positions at a time under
+        activation checkpointing, so peak memory holds [B, chunk, V] logits instead of [B, T, V].
         """
-        B = len(prompts)
-        T = max(1, max(len(c) for c in completions))
-        width = max(len(p) + len(c) for p, c in zip(prompts, completions))
-        ids = torch.full((B, width), self.pad_id, dtype=torch.long)  # [B, L]
-        attn = torch.zeros((B, width), dtype=torch.long)  # [B, L]
-        targets = torch.full((B, T), self.pad_id, dtype=torch.long)  # [B, T]
-        mask = torch.zeros((B, T), dtype=torch.float32)  # [B, T]
-        starts = []
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, :len(p) + len(c)] = torch.tensor(list(p) + list(c), dtype=torch.long)
-            attn[i, :len(p) + len(c)] = 1
-            targets[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
-            mask[i, :len(c)] = 1.0
-            starts.append(len(p) - 1)  # hidden state at position len(p)-1 predicts the first completion token
-        ids, attn, targets, mask = (x.to(self.device) for x in (ids, attn, targets, mask))
+        ids, attention, prompt_len, mask = (x.to(self.device) for x in (ids, attention, prompt_len, mask))
+        L, T = ids.shape[1], mask.shape[1]
         with self.autocast():
-            hidden = self.model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, H]
-        index = torch.tensor(starts, device=self.device)[:, None] + torch.arange(T, device=self.device)  # [B, T]
-        index = index.clamp(max=width - 1)
-        hidden = hidden.gather(1, index[:, :, None].expand(-1, -1, hidden.shape[-1]))  # [B, T, H]
+            hidden = self.model.get_decoder()(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state  # [B, L, H]
+        index = prompt_len[:, None] - 1 + torch.arange(T, device=self.device)  # [B, T] position predicting each token
+        targets = ids.gather(1, (index + 1).clamp(max=L - 1))  # [B, T] the completion tokens (padding beyond)
+        hidden = hidden.gather(1, index.clamp(max=L - 1)[:, :, None].expand(-1, -1, hidden.shape[-1]))  # [B, T, H]
         pieces = []
         for s in range(0, T, chunk):
             pieces.append(checkpoint(_chunk_logprobs, self.head_logits, hidden[:, s:s + chunk], targets[:, s:s + chunk],
                                      temperature, use_reentrant=False))  # [B, c]
-        logp = torch.cat(pieces, dim=1) * mask  # [B, T]
-        return logp, mask
+        return torch.cat(pieces, dim=1) * mask  # [B, T]
 
 
 def _chunk_logprobs(head_logits, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -7,10 +7,8 @@ Rewards are always computed by the node's `Scorer` (tasks/scoring.py) from the t
 answer: for the node's own samples right after generation and for every peer sample on receipt
 (a sender's claimed reward is never trusted).
 
-The `RolloutBuffer` sits between generation and training. Each entry carries its group, its
-source (this node or a peer id) and the `policy_version` of the model that generated it, so a
-bounded-staleness loop can later let generation run ahead of training without touching the
-loss. Today the loop fills it and drains it once per round.
+The `RolloutBuffer` sits between generation and training. Each entry carries its group and its
+source (this node or a peer id); the loop fills it and drains it once per round.
 """
 
 from __future__ import annotations
@@ -95,12 +93,10 @@ def generate_groups(sampler: Sampler, policy: Policy, task: Task, examples: list
 
 @dataclass
 class Rollout:
-    """One group in the buffer, with where and from which policy it came."""
+    """One group in the buffer, with where it came from."""
 
     group: Group
     source: str  # OWN, or the peer id that sent it
-    policy_version: int  # optimizer steps of the generating model when it sampled
-    round: int  # the round it was generated for
 
 
 class RolloutBuffer:
@@ -127,8 +123,8 @@ class RolloutBuffer:
         self.max_peer_share, self.horizontal = max_peer_share, horizontal
         self.entries: list[Rollout] = []
 
-    def add(self, groups: list[Group], source: str, policy_version: int, round_index: int) -> None:
-        self.entries.extend(Rollout(g, source, policy_version, round_index) for g in groups)
+    def add(self, groups: list[Group], source: str) -> None:
+        self.entries.extend(Rollout(g, source) for g in groups)
 
     def take(self, round_index: int = 0) -> list[Rollout]:
         own = [e for e in self.entries if e.source == OWN]
@@ -186,7 +182,5 @@ def group_stats(groups: list[Group], prefix: str = "") -> dict[str, float]:
     lengths = np.array([len(c.tokens) for g in groups for c in g.completions], dtype=np.float64)  # [N]
     clipped = np.array([c.finish_reason == "length" for g in groups for c in g.completions])  # [N]
     zero_std = [np.std([c.reward for c in g.completions]) == 0 for g in groups]
-    return {f"{prefix}reward/mean": float(rewards.mean()),
-            f"{prefix}reward/frac_reward_zero_std": float(np.mean(zero_std)),
-            f"{prefix}completions/mean_length": float(lengths.mean()),
-            f"{prefix}completions/clipped_ratio": float(clipped.mean())}
+    return {prefix + M.REWARD_MEAN: float(rewards.mean()), prefix + M.REWARD_ZERO_STD_FRAC: float(np.mean(zero_std)),
+            prefix + M.MEAN_LENGTH: float(lengths.mean()), prefix + M.CLIPPED_RATIO: float(clipped.mean())}

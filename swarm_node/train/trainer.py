@@ -1,4 +1,4 @@
-"""Trainer: one optimizer step of the F-TIS objective over a round's merged groups.
+r"""Trainer: one optimizer step of the F-TIS objective over a round's TrainBatch (batch.py).
 
 The batch is every completion of every group (own and peers'). Advantages are computed per
 group (`loss.group_advantages`), then sequences are processed in micro-batches whose losses are
@@ -10,6 +10,16 @@ contribute exactly zero loss and gradient under every variant, so they are not r
 model at all: they still count in B, and `train/active_frac` reports the share that was run.
 Stats are therefore computed over the active sequences.
 
+Sampler/trainer mismatch. A sampler that is not the trained model itself (vLLM: other kernels, a
+copy of the weights, bf16 on GPUs) reports gen_logp that differ from the trainer's logp for the
+same tokens, weights and temperature, so the node's own samples are not exactly on-policy (the
+paper's own reason for truncated importance sampling). With such a sampler the step also reports,
+from its forward, over the own completions it ran (`mismatch_stats`; TRL's names):
+
+    d_it = logp_it - gen_it                                on own completion tokens
+    sampling/sampling_logp_difference/mean|max            mean / max of |d_it|
+    sampling/importance_sampling_ratio/min|mean|max       of exp(d_it) (clamped like loss.py)
+
 The trainer also owns the policy version: the number of optimizer steps taken, which the node
 stamps on its packets so receivers know how stale a generator was.
 """
@@ -18,14 +28,33 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
+from torch import Tensor
 
 from swarm_node import metrics as M
+from swarm_node.config import LossConfig, TrainConfig
+from swarm_node.train.batch import TrainBatch
+from swarm_node.train.loss import LOG_CLAMP, group_advantages, implausible, policy_loss, teach_only
 from swarm_node.train.policy import Policy
-from swarm_node.wire.codec import Group
-from swarm_node.config import NodeConfig
-from swarm_node.train.loss import group_advantages, implausible, policy_loss, teach_only
+
+
+def loss_settings(cfg: LossConfig) -> dict:
+    """The keyword arguments of `loss.policy_loss` from the config's loss section (peer_* are the trainer's)."""
+    return dict(variant=cfg.variant, eps=cfg.eps, C=cfg.C, g=cfg.g, kl_estimator=cfg.kl_estimator,
+                kl_reduce=cfg.kl_reduce, C_negative=cfg.C_negative, positive_floor=cfg.positive_floor,
+                check_certain_claims=cfg.check_certain_claims)
+
+
+def mismatch_stats(diff: Tensor) -> dict[str, float]:
+    """Stats of d = logp - gen_logp over the compared tokens, diff [n]; no tokens: 0 and 1 (never NaN)."""
+    if diff.numel() == 0:
+        return {M.MISMATCH_LOGP_DIFF_MEAN: 0.0, M.MISMATCH_LOGP_DIFF_MAX: 0.0, M.MISMATCH_RATIO_MIN: 1.0,
+                M.MISMATCH_RATIO_MEAN: 1.0, M.MISMATCH_RATIO_MAX: 1.0}
+    diff = diff.detach().float()  # [n]
+    ratio = diff.clamp(-LOG_CLAMP, LOG_CLAMP).exp()  # [n]
+    stats = torch.stack([diff.abs().mean(), diff.abs().max(), ratio.min(), ratio.mean(), ratio.max()]).tolist()
+    return dict(zip((M.MISMATCH_LOGP_DIFF_MEAN, M.MISMATCH_LOGP_DIFF_MAX, M.MISMATCH_RATIO_MIN,
+                     M.MISMATCH_RATIO_MEAN, M.MISMATCH_RATIO_MAX), stats))
 
 
 def _merge_stats(acc: dict[str, float], stats: dict[str, float], weight: float) -> None:
@@ -40,78 +69,82 @@ def _merge_stats(acc: dict[str, float], stats: dict[str, float], weight: float) 
 
 
 class Trainer:
-    """Holds the optimizer and the policy version; `step(groups)` is one update."""
+    """Holds the optimizer and the policy version; `step(batch)` is one update.
 
-    def __init__(self, policy: Policy, cfg: NodeConfig):
-        assert cfg.train.lr is not None, "resolve the config's defaults first (swarm_node.train.defaults.resolve)"
-        self.policy, self.cfg = policy, cfg
-        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.train.lr,
-                                           weight_decay=cfg.train.weight_decay)
+    `temperature`: the sampling temperature (log-probs are compared at it). `sampler_on_policy`:
+    whether the sampler is the trained model itself (Sampler.on_policy); if not, every step also
+    reports the mismatch of its log-probs on the node's own samples.
+    """
+
+    def __init__(self, policy: Policy, train: TrainConfig, loss: LossConfig, temperature: float,
+                 sampler_on_policy: bool = True):
+        assert train.lr is not None, "resolve the config's defaults first (swarm_node.train.defaults.resolve)"
+        self.policy, self.train, self.loss, self.temperature = policy, train, loss, temperature
+        self.sampler_on_policy = sampler_on_policy
+        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.policy_version = 0
         self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
 
-    def step(self, groups: list[Group], untrusted: list[bool] | None = None) -> dict[str, float]:
-        """One optimizer step on all completions of `groups`; returns the loss stats. `untrusted`:
-        per completion (in order), whether an untrusted peer sent it (`loss.teach_only`)."""
+    def step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step on all rows of `batch`; returns the loss stats."""
         start = time.perf_counter()
-        prompts = [g.prompt_tokens.tolist() for g in groups for _ in g.completions]
-        completions = [c.tokens.tolist() for g in groups for c in g.completions]
-        gen_logps = [c.logprobs for g in groups for c in g.completions]
-        rewards = torch.tensor([c.reward for g in groups for c in g.completions], dtype=torch.float32)  # [N]
-        group_ids = torch.tensor([k for k, g in enumerate(groups) for _ in g.completions])  # [N]
-        advantages = group_advantages(rewards, group_ids)  # [N]
-        from_untrusted = torch.tensor(untrusted if untrusted is not None else [False] * len(rewards), dtype=torch.bool)  # [N]
-        peer_negatives = float(((advantages < 0) & from_untrusted).float().mean()) if len(rewards) else 0.0
-        advantages = teach_only(advantages, from_untrusted, self.cfg.loss.peer_negative_weight)  # [N]
-        floors = self._plausibility_floors(gen_logps, from_untrusted)
-        n_implausible = 0
-        active = [i for i in range(len(completions)) if advantages[i] != 0 and len(completions[i]) > 0]
-        total = len(completions)
+        advantages = group_advantages(batch.rewards, batch.group)  # [N]
+        peer_negatives = float(((advantages < 0) & batch.untrusted).float().mean()) if len(batch) else 0.0
+        advantages = teach_only(advantages, batch.untrusted, self.loss.peer_negative_weight)  # [N]
+        floors = self._plausibility_floors(batch)
+        active = ((advantages != 0) & (batch.lengths > 0)).nonzero().flatten()  # [n_active] rows run through the model
+        total, n_active, n_implausible = len(batch), len(active), 0
         stats: dict[str, float] = {}
+        own_diffs: list[Tensor] = []  # [k] per micro-batch: logp - gen_logp on own completion tokens
+        settings = loss_settings(self.loss)
         self.policy.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        micro = self.cfg.train.micro_batch
-        for s in range(0, len(active), micro):
-            idx = active[s:s + micro]
-            logp, mask = self.policy.token_logprobs([prompts[i] for i in idx], [completions[i] for i in idx],
-                                                    self.cfg.rollout.temperature, self.cfg.train.logprob_chunk)  # [b, T], [b, T]
-            gen = torch.zeros_like(logp)  # [b, T]
-            for row, i in enumerate(idx):
-                gen[row, :len(gen_logps[i])] = torch.from_numpy(gen_logps[i].astype("float32"))
-            adv = advantages[idx].to(logp.device)  # [b]
-            peer = from_untrusted[idx].to(logp.device)  # [b]
-            if self.cfg.loss.peer_plausibility_margin is not None:  # an untrusted peer's claims carry no weight
+        for s in range(0, n_active, self.train.micro_batch):
+            idx = active[s:s + self.train.micro_batch]  # [b]
+            mb = batch.rows(idx)
+            logp = self.policy.completion_logprobs(mb.ids, mb.attention, mb.prompt_len, mb.mask, self.temperature,
+                                                   self.train.logprob_chunk)  # [b, T]
+            mask, gen = mb.mask.to(logp.device), mb.gen_logp.to(logp.device)  # [b, T], [b, T]
+            adv, peer, own = (x.to(logp.device) for x in (advantages[idx], mb.untrusted, mb.own))  # [b] each
+            if not self.sampler_on_policy:
+                own_diffs.append((logp.detach() - gen)[(mask > 0) & own[:, None]])  # [k]
+            if self.loss.peer_plausibility_margin is not None:  # an untrusted peer's claims carry no weight
                 gen = torch.where(peer[:, None], logp.detach(), gen)  # [b, T] its samples taken as on-policy
             if floors is not None:  # an untrusted peer's positive must be plausible under our policy
                 drop = implausible(logp, mask, *floors) & peer & (adv > 0)  # [b]
                 n_implausible += int(drop.sum())
                 adv = torch.where(drop, torch.zeros_like(adv), adv)  # [b]
-            loss, mb_stats = policy_loss(logp, gen, adv, mask, self.cfg.loss)
+            loss, mb_stats = policy_loss(logp, gen, adv, mask, **settings)
             (loss * len(idx) / total).backward()
-            _merge_stats(stats, mb_stats, len(idx) / len(active))
+            _merge_stats(stats, mb_stats, len(idx) / n_active)
         grad_norm = 0.0
-        if active:
+        if n_active:
             params = self.policy.trainable_parameters()
-            if self.cfg.train.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.train.max_grad_norm))
+            if self.train.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.train.max_grad_norm))
             self.optimizer.step()
             self.policy_version += 1
         self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation (memory)
-        stats.update({M.TRAIN_GROUPS: len(groups), M.TRAIN_SEQUENCES: total, M.TRAIN_ACTIVE_FRAC: len(active) / max(total, 1),
-                      M.TRAIN_GRAD_NORM: grad_norm, M.TRAIN_POLICY_VERSION: self.policy_version,
-                      M.TRAIN_PEER_NEGATIVES: peer_negatives, M.TRAIN_PEER_IMPLAUSIBLE: n_implausible / max(total, 1),
-                      M.TIME_TRAIN: time.perf_counter() - start})
+        if any(d.numel() for d in own_diffs):  # no own token run: no figure this step
+            stats.update(mismatch_stats(torch.cat(own_diffs)))
+        stats.update({M.TRAIN_GROUPS: len(batch.group.unique()), M.TRAIN_SEQUENCES: total,
+                      M.TRAIN_ACTIVE_FRAC: n_active / max(total, 1), M.TRAIN_GRAD_NORM: grad_norm,
+                      M.TRAIN_POLICY_VERSION: self.policy_version, M.TRAIN_PEER_NEGATIVES: peer_negatives,
+                      M.TRAIN_PEER_IMPLAUSIBLE: n_implausible / max(total, 1), M.TIME_TRAIN: time.perf_counter() - start})
         return stats
 
-    def _plausibility_floors(self, gen_logps: list, untrusted: torch.Tensor) -> tuple[float, float] | None:
+    def _plausibility_floors(self, batch: TrainBatch) -> tuple[float, float] | None:
         """(F_mean, F_token) of loss.implausible for this step, anchored at their first values
         (None: no check, or no untrusted sample in the step)."""
-        margin = self.cfg.loss.peer_plausibility_margin
-        own = [lp for lp, u in zip(gen_logps, untrusted.tolist()) if not u and len(lp)]
-        if margin is None or not own:
+        margin = self.loss.peer_plausibility_margin
+        lengths = batch.lengths  # [N]
+        mine = ~batch.untrusted & (lengths > 0)  # [N] own and trusted samples
+        if margin is None or not bool(mine.any()):
             return None
-        floors = (float(np.percentile([lp.mean() for lp in own], 5)) - margin,
-                  float(np.percentile([lp.min() for lp in own], 5)) - margin)
+        gen, m = batch.gen_logp[mine], batch.mask[mine] > 0  # [k, T], [k, T]
+        mean = (gen * m).sum(-1) / lengths[mine]  # [k] mean claimed log-prob per sample
+        worst = torch.where(m, gen, torch.full_like(gen, float("inf"))).amin(-1)  # [k] worst claimed token
+        floors = (float(torch.quantile(mean, 0.05)) - margin, float(torch.quantile(worst, 0.05)) - margin)
         self.first_floors = self.first_floors or floors  # what the node wrote before any peer taught it
         floors = (max(floors[0], self.first_floors[0]), max(floors[1], self.first_floors[1]))
-        return floors if bool(untrusted.any()) else None
+        return floors if bool(batch.untrusted.any()) else None

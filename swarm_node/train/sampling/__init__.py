@@ -26,6 +26,10 @@ class Sample:
 
 
 class Sampler(Protocol):
+    on_policy: bool
+    """True when the sampler is the trained model itself, so its log-probs are the trainer's (hf);
+    False for a copy that may differ (vllm: the trainer then reports the mismatch on own samples)."""
+
     def sample(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float,
                seed: int) -> list[list[Sample]]:
         """`n` completions per prompt (one list of n Samples per prompt), seeded by `seed`."""

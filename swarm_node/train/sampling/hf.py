@@ -20,6 +20,8 @@ from swarm_node.train.sampling import Sample
 class HFSampler:
     """Samples from `policy.model` in place; `sync` is a no-op because the weights are shared."""
 
+    on_policy = True  # the trained model itself: its log-probs are the trainer's
+
     def __init__(self, policy: Policy):
         self.policy = policy
 

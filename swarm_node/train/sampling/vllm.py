@@ -168,6 +168,8 @@ class VLLMSampler:
     `eager`: skip torch.compile / CUDA graphs (default: eager on CPU, where compiling costs minutes).
     """
 
+    on_policy = False  # other kernels and a copy of the weights: its log-probs may differ from the trainer's
+
     def __init__(self, policy: Policy, max_model_len: int | None = None, kv_cache_gib: float = 1.0,
                  in_process: bool = True, eager: bool | None = None, gpu_memory_utilization: float = 0.3,
                  seed: int = 0, workdir: str | Path | None = None):
