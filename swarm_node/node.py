@@ -110,6 +110,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, parts.trainer.optimizer)
         parts.first, parts.trainer.policy_version = state["round"] + 1, state["policy_version"]
+        if state.get("plausibility_floors"):  # the anchor stays where the run began, not where it resumed
+            parts.trainer.first_floors = tuple(state["plausibility_floors"])
         log.info("resumed from %s: next round %d", checkpoint, parts.first)
     if connect is not None:
         fingerprint = tokenizer_fingerprint(policy.tokenizer)
@@ -247,7 +249,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 on_round(row)
             if r > 0 and _due(r, cfg.train.checkpoint_every, last):
                 save_checkpoint(out, policy, trainer.optimizer, {"round": r, "policy_version": trainer.policy_version,
-                                                                  "base_model": p.base}, cfg)
+                                                                  "base_model": p.base,
+                                                                  "plausibility_floors": trainer.first_floors}, cfg)
         if cfg.task.ood_task:
             rows.append(evaluate_ood(cfg, sampler, policy, metrics))
             tracker.log(rows[-1], step=last)

@@ -56,6 +56,19 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
         assert torch.allclose(pa, pb, atol=1e-6)
 
 
+def test_resume_keeps_the_plausibility_anchor_of_the_first_step(tmp_path):
+    """loss.implausible's bars are anchored at the node's first step; a resumed run keeps that anchor
+    instead of taking a new one from a model that peers may have flattened meanwhile."""
+    def floors(out, r):
+        return json.loads((out / "checkpoints" / f"round-{r:06d}" / "state.json").read_text())["plausibility_floors"]
+
+    run(load_config(None, FAST + ["train.rounds=1", f"out={tmp_path}"]))
+    anchor = floors(tmp_path, 1)
+    assert len(anchor) == 2 and all(isinstance(f, float) for f in anchor)
+    run(load_config(None, FAST + ["train.rounds=3", f"out={tmp_path}"]), resume=True)
+    assert floors(tmp_path, 3) == anchor
+
+
 @pytest.mark.parametrize("prompt_mode", ["tokens", "sha256"])  # sha256: prompts by reference (SPEC 14.6)
 def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tmp_path, monkeypatch, prompt_mode):
     """One full swarm round of two nodes with no libp2p at all: the node loop only sees a Transport."""
