@@ -43,6 +43,7 @@ class ScriptedTransport:
         self.offered: list[bytes] = []
         self.batches: list[list[Received]] = []
         self.calls: list[int] = []  # min_peers asked for, per collect call
+        self.credited: list[str] = []
 
     def offer(self, round, policy_version, data):
         self.offered.append(data)
@@ -56,7 +57,7 @@ class ScriptedTransport:
         pass
 
     def credit(self, peer):
-        pass
+        self.credited.append(peer)
 
     def measure(self):
         pass
@@ -141,3 +142,33 @@ def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_othe
     assert accepted == ["QmFast"] and 0.45 <= seconds < 2.0, seconds
     accepted, calls, seconds = run(2.0, ["QmFast"], [["QmFast"]])  # everyone heard from: no extra wait
     assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
+
+
+def test_a_neighbour_earns_credit_only_for_data_that_taught_us_something():
+    """Admitted is not enough: at least one completion our reward found correct, and not every positive
+    of it in the step dropped as implausible. Junk, wrong-only and implausible-only peers earn nothing."""
+    def packet(*rewards):
+        completions = [SimpleNamespace(reward=r) for r in rewards]
+        return SimpleNamespace(groups=[SimpleNamespace(completions=completions)])
+
+    cfg = load_config(None, ["swarm.run_id=run"])
+    transport = ScriptedTransport()
+    exchange = Exchange(transport, cfg.swarm, "m", "t")
+    accepted = [("QmHonest", packet(0.0, 1.0)), ("QmWrong", packet(0.0, 0.0)), ("QmImplausible", packet(1.0, 1.0)),
+                ("QmAllRight", packet(1.0, 1.0))]  # a uniform group: no advantage, still correct data
+    assert exchange.credit(accepted, implausible={"QmImplausible"}) == ["QmAllRight", "QmHonest"]
+    assert transport.credited == ["QmAllRight", "QmHonest"]
+    private = Exchange(transport, load_config(None, ["swarm.run_id=run", "swarm.trusted_peers=[QmWrong]"]).swarm, "m", "t")
+    assert private.credit([("QmWrong", packet(0.0, 0.0))], implausible=set()) == ["QmWrong"]
+
+
+def test_implausible_only_names_the_peers_whose_every_taken_positive_was_dropped():
+    import torch
+
+    from swarm_node.node import implausible_only
+    from swarm_node.train.rollout import OWN
+
+    sources = [OWN, OWN, "QmA", "QmA", "QmB", "QmB", "QmC"]
+    positive = torch.tensor([True, False, True, True, True, True, False])
+    dropped = torch.tensor([True, False, True, True, True, False, False])  # an own row never counts
+    assert implausible_only(sources, positive, dropped) == {"QmA"}  # QmB kept one positive; QmC had none

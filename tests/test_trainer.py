@@ -174,7 +174,13 @@ def test_an_untrusted_peers_implausible_positives_teach_nothing(arith):
         for c in groups[1].completions:  # the second group: completions no tiny model would write
             c.tokens = np.asarray(implausible_tokens, np.uint32)
             c.logprobs = np.full(len(implausible_tokens), -0.5, np.float32)  # whatever the peer claims
-        return _trainer(policy, cfg).step(_batch(policy, groups, untrusted))
+        trainer = _trainer(policy, cfg)
+        batch = _batch(policy, groups, untrusted)
+        stats = trainer.step(batch)
+        dropped = trainer.implausible  # [N] the rows the mesh credit reads (node.implausible_only)
+        assert dropped.tolist() == [d and r > 0 for d, r in zip(untrusted or [False] * 8, batch.rewards.tolist())] \
+            if stats["train/peer_implausible_frac"] else not dropped.any()
+        return stats
 
     second_untrusted = [False] * 4 + [True] * 4
     assert step(second_untrusted, 1.0)["train/peer_implausible_frac"] == 2 / 8  # its two positives

@@ -109,12 +109,14 @@ class Transport(Protocol):
         were not that peer's packet)."""
 
     def measure(self) -> None:
-        """Before `start`: the node credits every packet it accepts (`credit`), so a neighbor that
-        delivers nothing may lose its slot (a transport used without an exchange idles nobody)."""
+        """Before `start`: the node credits the packets that taught it something (`credit`), so a
+        neighbor that delivers nothing useful may lose its slot (a transport used without an
+        exchange idles nobody)."""
 
     def credit(self, peer_id: str) -> None:
-        """`peer_id` delivered a packet the node accepted (not an echo): what the transport measured of
-        its neighbors keeps that one in the mesh (net/scores.py); a self-reported degree does not."""
+        """`peer_id` delivered a packet the node admitted and learned from (swarm/exchange.py says
+        when): what the transport measured of its neighbors keeps that one in the mesh
+        (net/scores.py); a self-reported degree does not."""
 
     def peers(self) -> list[PeerInfo]:
         """The live peers of this run, as their records describe them."""

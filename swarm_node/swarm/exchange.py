@@ -13,9 +13,14 @@
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness;
 horizontal mode only round r, since only then are the prompts the same. The transport delivers
 each digest at most once; a packet that claims another sender is not that peer's packet, so the
-(peer, digest) pair is distrusted and the real sender may still deliver it. A packet admitted (not an echo) is credited
-to the neighbour that delivered it (`Transport.credit`): the mesh keeps neighbours by what they
-delivered, never by what they say (issue 27).
+(peer, digest) pair is distrusted and the real sender may still deliver it.
+
+Credit (`credit`, after the step): the neighbour that delivered an admitted packet holding at least
+one completion our own reward found correct earns its mesh slot (`Transport.credit`), unless every
+such completion of it that the step took was dropped as implausible (in a private swarm, with
+`trusted_peers`, every admitted packet earns it: its negatives teach too). The mesh keeps neighbours by
+what they delivered, never by what they say (issue 27); a peer whose data never teaches us anything
+(junk, only wrong answers, only implausible ones) earns nothing and loses its slot to a candidate.
 
 Admission (admit.py) is handed in by the node: the exchange asks it about every packet, counts
 its refusals, and returns its statistics with the round's own.
@@ -58,7 +63,7 @@ class Exchange:
         self.transport, self.cfg, self.model_id, self.tokenizer = transport, cfg, model_id, tokenizer
         self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
-        transport.measure()  # we credit accepted packets (collect): the mesh may replace neighbours that deliver none
+        transport.measure()  # we credit useful packets (`credit`): the mesh may replace neighbours that deliver none
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
         """Serve our groups of this round as a packet; returns its metrics."""
@@ -102,7 +107,6 @@ class Exchange:
                 packet = self._admit(item, round_index, gate, rejected)
                 if packet is not None:
                     accepted.append((item.peer_id, packet))
-                    self.transport.credit(item.peer_id)  # measured: this neighbour's slot is earned
                     packet_bytes_in += len(item.data)
             if not got.packets or time.monotonic() >= t_end:  # the transport expects nothing more in time
                 break
@@ -125,6 +129,16 @@ class Exchange:
         stats.update({f"{M.REJECTED_PREFIX}{reason}": n for reason, n in rejected.items()})
         stats.update(gate.take_stats())
         return accepted, stats
+
+    def credit(self, accepted: list[tuple[str, Packet]], implausible: set[str]) -> list[str]:
+        """Credit the neighbours whose admitted packets taught us something (see the module docstring):
+        `implausible` are the peers all of whose positives in the step were dropped. Returns them."""
+        trusted = bool(self.cfg.trusted_peers)  # a private swarm: their negatives teach us too
+        earned = sorted({peer for peer, packet in accepted if peer not in implausible and (
+            trusted or any(c.reward > 0 for g in packet.groups for c in g.completions))})
+        for peer in earned:
+            self.transport.credit(peer)
+        return earned
 
     def _producers(self) -> set[str]:
         """Neighbours that may deliver packets (not those that announced they produce none)."""

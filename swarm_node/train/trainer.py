@@ -84,6 +84,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.policy_version = 0
         self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
+        self.implausible = torch.zeros(0, dtype=torch.bool)  # [N] of the last step: rows whose positive was dropped
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step on all rows of `batch`; returns the loss stats."""
@@ -93,7 +94,8 @@ class Trainer:
         advantages = teach_only(advantages, batch.untrusted, self.loss.peer_negative_weight)  # [N]
         floors = self._plausibility_floors(batch)
         active = ((advantages != 0) & (batch.lengths > 0)).nonzero().flatten()  # [n_active] rows run through the model
-        total, n_active, n_implausible = len(batch), len(active), 0
+        total, n_active = len(batch), len(active)
+        self.implausible = torch.zeros(total, dtype=torch.bool)  # [N]
         stats: dict[str, float] = {}
         own_diffs: list[Tensor] = []  # [k] per micro-batch: logp - gen_logp on own completion tokens
         settings = loss_settings(self.loss)
@@ -112,7 +114,7 @@ class Trainer:
                 gen = torch.where(peer[:, None], logp.detach(), gen)  # [b, T] its samples taken as on-policy
             if floors is not None:  # an untrusted peer's positive must be plausible under our policy
                 drop = implausible(logp, mask, *floors) & peer & (adv > 0)  # [b]
-                n_implausible += int(drop.sum())
+                self.implausible[idx] = drop.cpu()
                 adv = torch.where(drop, torch.zeros_like(adv), adv)  # [b]
             loss, mb_stats = policy_loss(logp, gen, adv, mask, **settings)
             (loss * len(idx) / total).backward()
@@ -130,7 +132,7 @@ class Trainer:
         stats.update({M.TRAIN_GROUPS: len(batch.group.unique()), M.TRAIN_SEQUENCES: total,
                       M.TRAIN_ACTIVE_FRAC: n_active / max(total, 1), M.TRAIN_GRAD_NORM: grad_norm,
                       M.TRAIN_POLICY_VERSION: self.policy_version, M.TRAIN_PEER_NEGATIVES: peer_negatives,
-                      M.TRAIN_PEER_IMPLAUSIBLE: n_implausible / max(total, 1), M.TIME_TRAIN: time.perf_counter() - start})
+                      M.TRAIN_PEER_IMPLAUSIBLE: int(self.implausible.sum()) / max(total, 1), M.TIME_TRAIN: time.perf_counter() - start})
         return stats
 
     def _plausibility_floors(self, batch: TrainBatch) -> tuple[float, float] | None:
