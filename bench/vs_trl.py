@@ -71,32 +71,33 @@ def coin_reward(seed: int):
 
 # ------------------------------------------------------------------------------------------ ours
 def run_ours(args) -> dict:
-    import torch
-
     import swarm_node.train.rollout as rollout
-    from swarm_node.train.policy import Policy
-    from swarm_node.config import ModelConfig
-    from swarm_node.train.trainer import Trainer
-
     import swarm_node.train.trainer as trainer_mod
+    from swarm_node.config import ModelConfig
+    from swarm_node.tasks.scoring import Scorer
+    from swarm_node.train.batch import TrainBatch
+    from swarm_node.train.policy import Policy
+    from swarm_node.train.sampling.hf import HFSampler
+    from swarm_node.train.trainer import Trainer
 
     cfg, task = task_and_config(args)
     policy = Policy.load(ModelConfig(name=args.model, device="cpu", dtype="float32"))
-    trainer = Trainer(policy, cfg)
+    sampler, scorer = HFSampler(policy), policy.scorer(task)
+    trainer = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature, sampler.on_policy)
     timers = common_timers()
-    timers.wrap(Policy, "generate", "generate")
-    timers.wrap(Policy, "token_logprobs", "forward (log-probs + loss)")
+    timers.wrap(HFSampler, "sample", "generate")
+    timers.wrap(Policy, "completion_logprobs", "forward (log-probs + loss)")
     timers.wrap(trainer_mod, "policy_loss", "forward (log-probs + loss)")
-    generator = torch.Generator().manual_seed(0)
     if args.scenario == "coin":
         flip = coin_reward(1)
 
-        def score(groups, task, policy):
+        def coin(self, groups):
             for g in groups:
                 for c in g.completions:
                     c.reward = flip()
-        rollout.score = score
-    timers.wrap(rollout, "score", "reward")
+            return []
+        Scorer.score = coin
+    timers.wrap(Scorer, "score", "reward")
     rss_start = C.rss_bytes()
     step_ends, step_cpu, parts, mem = [], [], [], None
     t_prev, c_prev = time.perf_counter(), time.process_time()
@@ -106,16 +107,16 @@ def run_ours(args) -> dict:
             t_prev, c_prev = time.perf_counter(), time.process_time()
         timers.take()
         examples = rollout.round_examples(task, r, cfg.rollout.prompts_per_round, "node/0")
-        t0 = time.perf_counter()
-        groups = rollout.generate_groups(policy, task, examples, cfg.rollout, generator)
-        t1 = time.perf_counter()
-        stats = trainer.step(groups)
+        groups = rollout.sample_groups(sampler, scorer, examples, cfg.rollout, seed=r)
+        scorer.score(groups)
+        n = sum(len(g.completions) for g in groups)
+        stats = trainer.step(TrainBatch.from_groups(groups, policy.pad_id, own=[True] * n))
         t2, c2 = time.perf_counter(), time.process_time()
         if r >= 2:
             step_ends.append(t2 - t_prev)
             step_cpu.append(c2 - c_prev)
             parts.append({**timers.take(), "active_frac": stats["train/active_frac"],
-                          "reward_mean": sum(c.reward for g in groups for c in g.completions) / 24})
+                          "reward_mean": sum(c.reward for g in groups for c in g.completions) / n})
         t_prev, c_prev = t2, c2
     mem.__exit__(None, None, None)
     return {"step_s": step_ends, "step_cpu_s": step_cpu, "parts": parts, "rss_start": rss_start, "peak": mem.peak, "peak_base": mem.base}
