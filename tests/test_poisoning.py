@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from procs import Proc
+from swarm_node.harness.process import NodeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -53,15 +53,15 @@ def attacked_swarm(tmp: Path, procs, arm: str) -> tuple[list[dict], list[dict]]:
     run, model = f"poison-{arm}", public_warm_start()  # cached first: the nodes reuse it
     loss = (["--set", "loss.peer_negative_weight=1", "--set", "loss.peer_plausibility_margin=null"] if arm == "paper"
             else ["--set", f"loss.peer_negative_weight={arm}"]) + ["--run-id", run]
-    v = procs(Proc.join([*NODE, *loss, "--set", "train.seed=0"], tmp / "victim"))
-    h = procs(Proc.join([*NODE, *loss, "--set", "train.seed=1", "--peers", v.address()], tmp / "honest"))
-    evil = procs(Proc([sys.executable, str(ROOT / "bench" / "poison_attacker.py"), "--kind", "junk",
+    v = procs(NodeProcess.join([*NODE, *loss, "--set", "train.seed=0"], tmp / "victim"))
+    h = procs(NodeProcess.join([*NODE, *loss, "--set", "train.seed=1", "--peers", v.address()], tmp / "honest"))
+    evil = procs(NodeProcess([sys.executable, str(ROOT / "bench" / "poison_attacker.py"), "--kind", "junk",
                        "--peers", v.address(), "--run-id", run, "--model", model,
                        "--groups", "16", "--seconds", "900", "--summary", str(tmp / "attacker.json")]))
     evil.wait_line("ATTACKER", 180)
     for node in (v, h):
         assert node.wait(900) == 0, node.text()
-    evil.proc.terminate()
+    evil.popen.terminate()
     assert evil.wait(60) == 0, evil.text()
     offered = json.loads((tmp / "attacker.json").read_text())["rounds"]
     assert len(offered) >= ROUNDS, evil.text()
