@@ -1,10 +1,10 @@
 """Chaos soak: a swarm on a bad network, with crashes, freezes, a partition, a full disk and a hostile peer.
 
 Four `swarm-node join` nodes (tiny-s, arith, the demo's cached warm start), each in its own network
-namespace on a bridge "internet" (tests/netns.py): three public hosts and one behind a masquerading
+namespace on a bridge "internet" (swarm_node/harness/netns.py): three public hosts and one behind a masquerading
 NAT that serves through a `swarm-node relay` on a fourth public host; `tests/adversary.py` (attack
 mode) joins from a fifth. Every node's link (and the relay's) delays what it sends by a seeded
---delay-ms LOW..HIGH with +- --jitter-ms (tests/wire.py, a userspace netem: this kernel has no
+--delay-ms LOW..HIGH with +- --jitter-ms (swarm_node/harness/netem.py, a userspace netem: this kernel has no
 sch_netem), every node's drops --loss % of its packets (nftables), one node's is rate-limited
 (tc tbf); rate, loss and one round trip are measured on the wire first.
 A seeded schedule (random.Random(--seed) picks the victims) then injects, one after another:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import unavailable
+from swarm_node.harness.netns import unavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import chaos  # noqa: E402

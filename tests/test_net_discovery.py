@@ -22,7 +22,7 @@ from swarm_node.net.discovery import MEMBER_TARGET, MemberDirectory, RecordValid
 from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
 from swarm_node.net.identity import load_or_create_identity, peer_id_of
 from swarm_node.net.records import MEMBER_BUCKETS, make_member_record, make_record, member_bucket, member_key, record_key
-from netns import Internet, leftover_namespaces, unavailable
+from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
 
 

@@ -1,7 +1,7 @@
 """Reachability and NAT traversal (swarm_node/net/reach.py).
 
 Unit tests for the pure parts and the dial-back server, then real swarms in Linux network
-namespaces (tests/netns.py): a public relay and nodes behind their own masquerading NAT routers.
+namespaces (swarm_node/harness/netns.py): a public relay and nodes behind their own masquerading NAT routers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from swarm_node.net.reach import (
     DialbackServer, announce_order, ask_dialback, observed_ip, p2p_options, status_line, tcp_ports, verdict, with_port,
 )
-from netns import Internet, leftover_namespaces, unavailable
+from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
 
 TESTS = Path(__file__).parent
