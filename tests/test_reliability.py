@@ -2,7 +2,7 @@
 
 docs/RELIABILITY.md is the table of every case, what was tried and what happened; each row names
 a test here or in tests/test_fuzz.py. Fast tests (unit level, in process) come first; the slow
-ones start real `swarm-node join` processes and a hostile peer process (tests/adversary.py) on
+ones start real `swarm-node join` processes and a hostile peer process (swarm_node/harness/adversary.py) on
 127.0.0.1, SIGSTOP/SIGKILL them, and fill disks.
 """
 
@@ -44,7 +44,6 @@ from swarm_node.wire.codec import digest as packet_digest
 
 from swarm_node.harness.process import NodeProcess
 
-TESTS = Path(__file__).resolve().parent
 ME, HONEST, EVIL = "QmMe", "QmHonest", "QmEvil"
 
 
@@ -490,7 +489,7 @@ def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[lis
     b = procs(NodeProcess.join([*LEARN, *min_peers, *peers, "--set", "train.seed=1"], tmp / "b"))
     summary: dict = {}
     if adversary:
-        evil = procs(NodeProcess([sys.executable, str(TESTS / "adversary.py"), "--peers", peers[1], "--run-id", run_id,
+        evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--peers", peers[1], "--run-id", run_id,
                            "--model", _warm_start(), "--group-size", str(GROUP_SIZE), "--task-options", json.dumps({"digits": 2, "second_digits": 1}),
                            "--seconds", "400", "--summary", str(tmp / "adversary.json")]))
         evil.wait_line("ADVERSARY", 120)
@@ -612,7 +611,7 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
 
 @pytest.mark.slow
 def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
-    """A real peer process that accepts every fetch stream and never answers (tests/adversary.py
+    """A real peer process that accepts every fetch stream and never answers (swarm_node/harness/adversary.py
     --mode stall, 6 offers): one fetch costs the fetch timeout, it never delays an honest peer's
     packet, and a round that waits for it ends at the deadline."""
     from swarm_node.config import SwarmConfig
@@ -624,7 +623,7 @@ def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
     fetcher = None
     try:
         honest.start()
-        staller = procs(NodeProcess([sys.executable, str(TESTS / "adversary.py"), "--mode", "stall", "--offers", "6",
+        staller = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "stall", "--offers", "6",
                               "--peers", honest.join_addrs()[0], "--run-id", "stall", "--seconds", "120"]))
         stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
         fetcher = HivemindTransport(SwarmConfig(run_id="stall", host_maddrs=local, peers=honest.join_addrs()[:1],
@@ -680,7 +679,7 @@ def test_a_staller_does_not_hide_an_honest_packet_published_during_the_wait(proc
     fetcher = None
     try:
         honest.start()
-        staller = procs(NodeProcess([sys.executable, str(TESTS / "adversary.py"), "--mode", "stall", "--offers", "6",
+        staller = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "stall", "--offers", "6",
                               "--peers", honest.join_addrs()[0], "--run-id", "stall-late", "--seconds", "150"]))
         stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
         fetcher = _hivemind(run_id="stall-late", peers=honest.join_addrs()[:1], fetch_timeout_s=timeout)
@@ -745,7 +744,7 @@ def test_ten_thousand_held_open_streams_leave_fds_and_logs_bounded(tmp_path, pro
     log = tmp_path / "node" / "node.log"
     log_before, out_before, rounds_before = log.stat().st_size, len(node.text(10**9)), len(node.rows())
     base = _fds_and_memory(node.popen.pid)
-    attacker = procs(NodeProcess([sys.executable, str(TESTS / "adversary.py"), "--mode", "streams", "--streams", "10000",
+    attacker = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "streams", "--streams", "10000",
                            "--concurrency", "2000", "--peers", address, "--run-id", "streams", "--seconds", "120"]))
     peak = list(base)
     while attacker.popen.poll() is None:
@@ -774,7 +773,7 @@ HOSTILE_VICTIM = [*VICTIM, "--set", "swarm.deadline_s=6", "--set", "rollout.prom
 def _victim_and_hostile(tmp_path, procs, run_id: str, mode: list[str], rounds: int) -> tuple[list[dict], dict]:
     """A `swarm-node join` node and one hostile peer process (`adversary.py` with `mode`) for `rounds` rounds."""
     node = procs(NodeProcess.join([*HOSTILE_VICTIM, "--run-id", run_id, "--rounds", str(rounds)], tmp_path / "node"))
-    evil = procs(NodeProcess([sys.executable, str(TESTS / "adversary.py"), *mode, "--peers", node.address(),
+    evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", *mode, "--peers", node.address(),
                        "--run-id", run_id, "--seconds", "400", "--until-round", str(rounds),
                        "--summary", str(tmp_path / "adversary.json")]))
     evil.wait_line("ADVERSARY", 180)
