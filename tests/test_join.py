@@ -35,9 +35,9 @@ def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
     first = procs(NodeProcess.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "s"))
     peers = ["--peers", first.address()]
     others = [procs(NodeProcess.join(["--model", "tiny-m", "--set", "train.seed=1", *peers, *COMMON, *swarm],
-                              tmp_path / "m")),
-              procs(NodeProcess.join(["--model", "tiny-s", "--lora-r", "4", "--set", "train.seed=2", *peers, *COMMON,
-                               *swarm], tmp_path / "s-lora"))]
+                                     tmp_path / "m")),
+                     procs(NodeProcess.join(["--model", "tiny-s", "--lora-r", "4", "--set", "train.seed=2", *peers, *COMMON,
+                                      *swarm], tmp_path / "s-lora"))]
     for node in [first, *others]:
         assert node.wait(300) == 0, "".join(node.lines[-40:])
     for node in [first, *others]:
@@ -84,14 +84,14 @@ def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, procs):
     address = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(key.public_key())}"
     swarm = ["--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=6", "--run-id", "late"]
     lonely = procs(NodeProcess.join(["--model", "tiny-s", "--peers", address, "--rounds", "12", *COMMON, *swarm],
-                             tmp_path / "b"))
+                                    tmp_path / "b"))
     deadline = time.monotonic() + 120
     while not any(r["round"] >= 1 for r in lonely.rows()):
         assert time.monotonic() < deadline and lonely.popen.poll() is None, "".join(lonely.lines[-40:])
         time.sleep(0.5)
     assert lonely.rows()[1]["swarm/peers"] == 0  # trained alone while the peer was down
     late = procs(NodeProcess.join(["--model", "tiny-s", "--identity", str(key_path), "--rounds", "12", "--set", "train.seed=1",
-                        *COMMON, *swarm], tmp_path / "a", listen=["--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}"]))
+                               *COMMON, *swarm], tmp_path / "a", listen=["--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}"]))
     assert lonely.wait(300) == 0, "".join(lonely.lines[-40:])
     late.wait(300)
     assert any(r.get("swarm/peer_groups_used", 0) > 0 for r in lonely.rows()), lonely.rows()
@@ -102,7 +102,7 @@ def test_horizontal_mode_merges_groups_across_nodes(tmp_path, procs):
              "--set", "swarm.deadline_s=90", "--set", "swarm.linger_s=15", "--set", "swarm.alone_wait_s=null"]
     a = procs(NodeProcess.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "a"))
     b = procs(NodeProcess.join(["--model", "tiny-m", "--peers", a.address(), "--set", "train.seed=5", *COMMON, *swarm],
-                        tmp_path / "b"))
+                               tmp_path / "b"))
     assert a.wait(300) == 0 and b.wait(300) == 0
     merged_rounds = 0
     for node in (a, b):

@@ -315,10 +315,10 @@ def test_a_node_cut_off_for_a_minute_takes_packets_again_soon_after_the_heal(tmp
     with Internet(prefix) as net:
         hosts = {name: net.host(name) for name in "abc"}
         a = procs(NodeProcess(hosts["a"].cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / "a"),
-                                       *node]), tmp_path / "a"))
+                                              *node]), tmp_path / "a"))
         addr = a.address()
         nodes = {"a": a, **{n: procs(NodeProcess(hosts[n].cmd([sys.executable, "-m", "swarm_node", "join", "--out",
-                                                        str(tmp_path / n), "--peers", addr, *node]), tmp_path / n))
+                                                               str(tmp_path / n), "--peers", addr, *node]), tmp_path / n))
                             for n in "bc"}}
         c = nodes["c"]
         c.wait_rows(lambda rows: sum(r.get("swarm/packets_accepted", 0) > 0 for r in rows) >= 3, 240,

@@ -116,7 +116,7 @@ NODE = ["--model", "tiny-s", "--run-id", "nat", "--set", "threads=1", "--set", "
 
 def _relay(net: Internet, procs, tmp: Path, relay_host) -> str:
     relay = procs(NodeProcess(relay_host.cmd([sys.executable, "-m", "swarm_node", "relay", "--port", "4001", "--public-ip",
-                                       relay_host.ip, "--run-id", "nat", "--out", str(tmp / "relay")]), tmp / "relay"))
+                                              relay_host.ip, "--run-id", "nat", "--out", str(tmp / "relay")]), tmp / "relay"))
     return relay.address()
 
 
@@ -133,8 +133,8 @@ def test_two_nodes_behind_nat_train_on_each_others_groups_through_a_relay(tmp_pa
         addr = _relay(net, procs, tmp_path, public)
         rounds = 20
         nodes = {name: procs(NodeProcess(host.cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / name),
-                                            "--peers", addr, "--rounds", str(rounds), *NODE,
-                                            "--set", f"train.seed={i}"]), tmp_path / name))
+                                                   "--peers", addr, "--rounds", str(rounds), *NODE,
+                                                   "--set", f"train.seed={i}"]), tmp_path / name))
                  for i, (name, host) in enumerate((("a", a_host), ("b", b_host)))}
         for node in nodes.values():
             node.status(lambda s: s["round"] >= 1, timeout=240)
@@ -159,9 +159,9 @@ def test_two_nodes_behind_nat_train_on_each_others_groups_through_a_relay(tmp_pa
 
         # the same without relays: each is told it is unreachable, and no packet crosses
         off = {name: procs(NodeProcess(host.cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / f"off-{name}"),
-                                          "--peers", addr, "--rounds", "3", "--no-relay", *NODE,
-                                          "--set", "swarm.deadline_s=8", "--set", "swarm.linger_s=2"]),
-                                tmp_path / f"off-{name}"))
+                                                 "--peers", addr, "--rounds", "3", "--no-relay", *NODE,
+                                                 "--set", "swarm.deadline_s=8", "--set", "swarm.linger_s=2"]),
+                                       tmp_path / f"off-{name}"))
                for name, host in (("a", a_host), ("b", b_host))}
         for node in off.values():
             assert node.wait(300) == 0, node.text()

@@ -43,6 +43,7 @@ from swarm_node.net import Collected, PeerInfo, Received
 from swarm_node.wire.codec import digest as packet_digest
 
 from swarm_node.harness.process import NodeProcess
+from swarm_node.harness.warmstart import public_warm_start
 
 ME, HONEST, EVIL = "QmMe", "QmHonest", "QmEvil"
 
@@ -472,15 +473,6 @@ ATTACKS = {
 }
 
 
-def _warm_start() -> str:
-    from swarm_node.tasks import load_task
-    from swarm_node.train.warmstart import warmstarted_model
-
-    cfg = load_config(None, ["model.name=tiny-s", f"task.options={ARITH}", "train.warmstart_steps=600", "threads=1"])
-    torch.set_num_threads(1)
-    return warmstarted_model(cfg, load_task("arith", None, digits=2, second_digits=1))  # cached for the children
-
-
 def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[list[dict]], dict]:
     """Two honest nodes (+ the adversary); returns each honest node's rows and the adversary's summary."""
     min_peers = ["--set", "swarm.min_peers=1", "--run-id", run_id]
@@ -489,9 +481,11 @@ def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[lis
     b = procs(NodeProcess.join([*LEARN, *min_peers, *peers, "--set", "train.seed=1"], tmp / "b"))
     summary: dict = {}
     if adversary:
-        evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--peers", peers[1], "--run-id", run_id,
-                           "--model", _warm_start(), "--group-size", str(GROUP_SIZE), "--task-options", json.dumps({"digits": 2, "second_digits": 1}),
-                           "--seconds", "400", "--summary", str(tmp / "adversary.json")]))
+        model = public_warm_start(600, {"digits": 2, "second_digits": 1})  # cached for the children
+        evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--peers", peers[1],
+                                  "--run-id", run_id, "--model", model, "--group-size", str(GROUP_SIZE),
+                                  "--task-options", json.dumps({"digits": 2, "second_digits": 1}),
+                                  "--seconds", "400", "--summary", str(tmp / "adversary.json")]))
         evil.wait_line("ADVERSARY", 120)
     for node in (a, b):
         assert node.wait(400) == 0, node.text()
@@ -609,6 +603,13 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
     assert any(r.get("swarm/packets_accepted", 0) > 0 for r in rows_b[checkpoint + 2:])  # and B takes A's
 
 
+def _staller(procs, peer: str, run_id: str, seconds: int) -> str:
+    """A real staller (adversary.py --mode stall: 6 offers, never answers a fetch) joined through `peer`; its peer id."""
+    staller = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "stall", "--offers", "6",
+                                 "--peers", peer, "--run-id", run_id, "--seconds", str(seconds)]))
+    return staller.wait_line("ADVERSARY", 120).split()[1]
+
+
 @pytest.mark.slow
 def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
     """A real peer process that accepts every fetch stream and never answers (swarm_node/harness/adversary.py
@@ -623,9 +624,7 @@ def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
     fetcher = None
     try:
         honest.start()
-        staller = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "stall", "--offers", "6",
-                              "--peers", honest.join_addrs()[0], "--run-id", "stall", "--seconds", "120"]))
-        stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
+        stall_id = _staller(procs, honest.join_addrs()[0], "stall", 120)
         fetcher = HivemindTransport(SwarmConfig(run_id="stall", host_maddrs=local, peers=honest.join_addrs()[:1],
                                                 fetch_timeout_s=timeout), "m", "tok")
         fetcher.start()
@@ -679,9 +678,7 @@ def test_a_staller_does_not_hide_an_honest_packet_published_during_the_wait(proc
     fetcher = None
     try:
         honest.start()
-        staller = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "stall", "--offers", "6",
-                              "--peers", honest.join_addrs()[0], "--run-id", "stall-late", "--seconds", "150"]))
-        stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
+        stall_id = _staller(procs, honest.join_addrs()[0], "stall-late", 150)
         fetcher = _hivemind(run_id="stall-late", peers=honest.join_addrs()[:1], fetch_timeout_s=timeout)
         fetcher.start()
         deadline = time.monotonic() + 60
@@ -737,15 +734,15 @@ def test_ten_thousand_held_open_streams_leave_fds_and_logs_bounded(tmp_path, pro
     Streams beyond 4 per peer are answered busy at once, so the node's fds, its p2pd's, and its log
     stay bounded, and it keeps training. (Before: 7,949 fds and 48 MB of node.log in 90 s.)"""
     node = procs(NodeProcess([sys.executable, "-c", LIMITED_JOIN, "join", "--out", str(tmp_path / "node"),
-                       "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--run-id", "streams", "--rounds", "400", *VICTIM],
-                      tmp_path / "node"))
+                              "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--run-id", "streams", "--rounds", "400", *VICTIM],
+                             tmp_path / "node"))
     address = node.address()
     node.wait_rows(lambda rows: len(rows) >= 2, 180, "the node's first rounds")
     log = tmp_path / "node" / "node.log"
     log_before, out_before, rounds_before = log.stat().st_size, len(node.text(10**9)), len(node.rows())
     base = _fds_and_memory(node.popen.pid)
     attacker = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "streams", "--streams", "10000",
-                           "--concurrency", "2000", "--peers", address, "--run-id", "streams", "--seconds", "120"]))
+                                  "--concurrency", "2000", "--peers", address, "--run-id", "streams", "--seconds", "120"]))
     peak = list(base)
     while attacker.popen.poll() is None:
         peak = [max(a, b) for a, b in zip(peak, _fds_and_memory(node.popen.pid))]
@@ -774,8 +771,8 @@ def _victim_and_hostile(tmp_path, procs, run_id: str, mode: list[str], rounds: i
     """A `swarm-node join` node and one hostile peer process (`adversary.py` with `mode`) for `rounds` rounds."""
     node = procs(NodeProcess.join([*HOSTILE_VICTIM, "--run-id", run_id, "--rounds", str(rounds)], tmp_path / "node"))
     evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", *mode, "--peers", node.address(),
-                       "--run-id", run_id, "--seconds", "400", "--until-round", str(rounds),
-                       "--summary", str(tmp_path / "adversary.json")]))
+                              "--run-id", run_id, "--seconds", "400", "--until-round", str(rounds),
+                              "--summary", str(tmp_path / "adversary.json")]))
     evil.wait_line("ADVERSARY", 180)
     assert node.wait(400) == 0, node.text()
     evil.popen.terminate()

@@ -30,7 +30,10 @@ PLAIN_EVERY_S = 15.0  # seconds between plain progress lines when the console is
 
 def public_warm_start(steps: int, task_options: dict | None = None, model: str = "tiny-s") -> str:
     """The path of `model` warm-started for `steps` supervised steps on arith (`task_options`), trained
-    on first use and cached (train.warmstart); a node with the same recipe starts from the same weights."""
+    on first use (on one torch thread, as a node of the recipe would) and cached (train.warmstart); a
+    node with the same recipe starts from the same weights."""
+    import torch
+
     from swarm_node.tasks import load_task
     from swarm_node.train.warmstart import warmstarted_model
 
@@ -38,6 +41,7 @@ def public_warm_start(steps: int, task_options: dict | None = None, model: str =
     if task_options is not None:
         sets.append(f"task.options={json.dumps(task_options)}")
     cfg = load_config(None, sets)
+    torch.set_num_threads(cfg.threads)
     return warmstarted_model(cfg, load_task("arith", None, **cfg.task.options))
 
 
