@@ -43,7 +43,7 @@ if not __package__:  # run as `python bench/x.py`: import `bench` as a package f
 from bench import _common as C  # noqa: E402
 
 from swarm_node.harness.netns import Internet, leftover_namespaces, measure_link, tmpfs_holder, unavailable  # noqa: E402
-from swarm_node.harness.process import NodeProcess, swarm_node  # noqa: E402
+from swarm_node.harness.process import NodeProcess, swarm_node_argv  # noqa: E402
 from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
 from swarm_node.metrics import read_metrics  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
@@ -82,8 +82,8 @@ class Node:
         self.expected_resume: list[int] = []
 
     def start(self, resume: bool = False) -> NodeProcess:
-        argv = swarm_node("join", "--out", str(self.out), "--identity", str(self.key), *self.args,
-                          *(["--resume"] if resume else []))
+        argv = swarm_node_argv("join", "--out", str(self.out), "--identity", str(self.key), *self.args,
+                               *(["--resume"] if resume else []))
         if self.holder is not None:  # the holder's mount namespace (checkpoints/ on its tmpfs) and network
             argv = ["nsenter", "-t", str(self.holder.pid), "-m", "-n", "--", *argv]
         else:
@@ -255,9 +255,9 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
                            "jitter_ms": jitter_ms, "rtt_expected_ms": round(delays[shaped] + delays["relay"], 1),
                            **measure_link(hosts[shaped], hosts[next(n for n in hosts if n != shaped)], relay_host)}
         log(f"links: {result['links']}")
-        relay = NodeProcess(relay_host.cmd(swarm_node("relay", "--port", "4001", "--public-ip", relay_host.ip,
-                                                      "--run-id", run_id, "--out", str(work / "relay"))), work / "relay")
-        relay.start()
+        relay = NodeProcess(relay_host.cmd(swarm_node_argv("relay", "--port", "4001", "--public-ip", relay_host.ip,
+                                                           "--run-id", run_id, "--out", str(work / "relay"))),
+                            work / "relay").start()
         others.append(("relay", relay))
         addr = relay.address()
         holder = tmpfs_holder(hosts[disk], work / disk / "checkpoints", "16m", p["budget_s"] + 60)

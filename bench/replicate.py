@@ -43,7 +43,7 @@ from bench.replicate_report import render  # noqa: E402
 from bench.replicate_study import (  # noqa: E402
     ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, PAIRS, QUICK, REPO, RUNS, TASK, WARM_STEPS, Node, Scale,
 )
-from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, swarm_node  # noqa: E402
+from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, swarm_node_argv  # noqa: E402
 
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
         "is/ratio_mean", "is/ratio_min", "is/ratio_max", "swarm/peer_groups_used", "train/sequences",
@@ -109,7 +109,7 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
                      "swarm.alone_wait_s": None,  # the first node waits for the second from round 1
                      "swarm.identity": str(out / "identity.key"), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
                      "swarm.peers": [peer] if peer else []})
-    argv = swarm_node(command, "--out", str(out))
+    argv = swarm_node_argv(command, "--out", str(out))
     for key, value in sets.items():
         argv += ["--set", f"{key}={json.dumps(value)}"]
     return argv

@@ -50,7 +50,7 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def swarm_node(command: str, *args: str) -> list[str]:
+def swarm_node_argv(command: str, *args: str) -> list[str]:
     """The command line of `swarm-node COMMAND ARGS` in this interpreter."""
     return [sys.executable, "-m", "swarm_node", command, *args]
 
@@ -70,7 +70,7 @@ class NodeProcess:
     @classmethod
     def join(cls, args: list[str], out: Path, listen: list[str] = LOCAL) -> NodeProcess:
         """`swarm-node join --out OUT` listening on `listen` (default: a free port on 127.0.0.1), not started."""
-        return cls(swarm_node("join", "--out", str(out), *listen, *args), out)
+        return cls(swarm_node_argv("join", "--out", str(out), *listen, *args), out)
 
     def start(self, env: dict[str, str] | None = None, cwd: Path | None = None) -> NodeProcess:
         if self.out is not None:
