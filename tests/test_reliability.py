@@ -455,7 +455,8 @@ def _rounds(rows: list[dict]) -> list[int]:
 
 GROUP_SIZE = 12  # the run's (default) group size: the adversary's groups must match it to be admitted
 ROUNDS = 30  # enough for every one of the adversary's 12 attack kinds to reach both honest nodes
-ARITH = "{digits: 2, second_digits: 1}"
+ARITH_OPTIONS = {"digits": 2, "second_digits": 1}
+ARITH = json.dumps(ARITH_OPTIONS)
 LEARN = ["--model", "tiny-s", "--set", f"task.options={ARITH}", "--set", "train.warmstart_steps=600",
          "--set", "rollout.prompts_per_round=4", "--set", "rollout.max_new_tokens=10", "--set", "train.lr=3e-5",
          "--set", "train.micro_batch=48", "--set", "task.eval_limit=200", "--set", "train.eval_every=0",
@@ -481,10 +482,10 @@ def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[lis
     b = procs(NodeProcess.join([*LEARN, *min_peers, *peers, "--set", "train.seed=1"], tmp / "b"))
     summary: dict = {}
     if adversary:
-        model = public_warm_start(600, {"digits": 2, "second_digits": 1})  # cached for the children
+        model = public_warm_start(600, ARITH_OPTIONS)  # the adversary's copy of the nodes' round 0
         evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--peers", peers[1],
                                   "--run-id", run_id, "--model", model, "--group-size", str(GROUP_SIZE),
-                                  "--task-options", json.dumps({"digits": 2, "second_digits": 1}),
+                                  "--task-options", json.dumps(ARITH_OPTIONS),
                                   "--seconds", "400", "--summary", str(tmp / "adversary.json")]))
         evil.wait_line("ADVERSARY", 120)
     for node in (a, b):
@@ -500,7 +501,7 @@ def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[lis
 def test_malicious_peer_is_contained_and_its_effect_on_accuracy_is_bounded(tmp_path, procs):
     """(a)-(e) as a real hostile process: honest nodes keep training, every attack is counted by
     reason, and held-out accuracy with the attacker is compared with the same swarm without it."""
-    _warm_start()
+    public_warm_start(600, ARITH_OPTIONS)  # cached first: every node finds it
     results = {}
     for name, adversary in (("baseline", False), ("attacked", True)):
         honest, summary = _swarm_run(tmp_path / name, procs, f"rel-{name}", adversary)
