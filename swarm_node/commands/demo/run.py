@@ -272,7 +272,7 @@ def run_demo(config_dir: Path | None = None, out: Path | None = None, overrides:
             console.print(f"\n[yellow]interrupted[/yellow]: every node process was stopped{partial}", highlight=False,
                           soft_wrap=True)
             return 130
-        except (DemoError, NodeFailed, WarmStartError) as e:
+        except (DemoError, WarmStartError) as e:
             console.print(f"[bold red]demo failed[/bold red]: {e}", highlight=False, soft_wrap=True)
             return 1
         finally:
