@@ -73,6 +73,7 @@ class NodeProcess:
         return cls(swarm_node_argv("join", "--out", str(out), *listen, *args), out)
 
     def start(self, env: dict[str, str] | None = None, cwd: Path | None = None) -> NodeProcess:
+        """Run it in a new session (env: `child_env()` unless given); returns self."""
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
         if self.log is not None:
