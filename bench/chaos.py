@@ -1,11 +1,11 @@
 """Chaos soak: a swarm on a bad network, with crashes, freezes, a partition, a full disk and a hostile peer.
 
 Four `swarm-node join` nodes (tiny-s, arith, the demo's cached warm start), each in its own network
-namespace on a bridge "internet" (tests/netns.py): three public hosts and one behind a masquerading
-NAT that serves through a `swarm-node relay` on a fourth public host; `tests/adversary.py` (attack
-mode) joins from a fifth. Every node's link (and the relay's) delays what it sends by a seeded
---delay-ms LOW..HIGH with +- --jitter-ms (tests/wire.py, a userspace netem: this kernel has no
-sch_netem), every node's drops --loss % of its packets (nftables), one node's is rate-limited
+namespace on a bridge "internet" (swarm_node/harness/netns.py): three public hosts and one behind a
+masquerading NAT that serves through a `swarm-node relay` on a fourth public host; the hostile peer
+swarm_node/harness/adversary.py (attack mode) joins from a fifth. Every node's link (and the relay's)
+delays what it sends by a seeded --delay-ms LOW..HIGH with +- --jitter-ms (harness/netem.py, a
+userspace netem: this kernel has no sch_netem), every node's drops --loss % of its packets (nftables), one node's is rate-limited
 (tc tbf); rate, loss and one round trip are measured on the wire first.
 A seeded schedule (random.Random(--seed) picks the victims) then injects, one after another:
 
@@ -38,11 +38,13 @@ from pathlib import Path
 
 import psutil
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
 
-sys.path.insert(0, str(C.REPO / "tests"))
-from netns import Internet, leftover_namespaces, measure_link, tmpfs_holder, unavailable  # noqa: E402
-from procs import Proc  # noqa: E402
+from swarm_node.harness.netns import Internet, leftover_namespaces, measure_link, tmpfs_holder, unavailable  # noqa: E402
+from swarm_node.harness.process import NodeProcess, swarm_node_argv  # noqa: E402
+from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
 from swarm_node.metrics import read_metrics  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
 
@@ -71,15 +73,6 @@ def node_args(p: dict, run_id: str, peers: str) -> list[str]:
             "--host-maddrs", "/ip4/0.0.0.0/tcp/0", *[a for s in sets for a in ("--set", s)]]
 
 
-def warm_start() -> str:
-    from swarm_node.config import load_config
-    from swarm_node.tasks import load_task
-    from swarm_node.train.warmstart import warmstarted_model
-
-    cfg = load_config(None, ["model.name=tiny-s", f"task.options={json.dumps(ARITH)}", WARMSTART, "threads=1"])
-    return warmstarted_model(cfg, load_task("arith", None, **ARITH))
-
-
 class Node:
     """One `swarm-node join` identity and --out directory, across its lives (process starts)."""
 
@@ -88,19 +81,19 @@ class Node:
         self.key, self.lives, self.seen, self.samples = work / f"{name}.key", [], {}, []
         self.expected_resume: list[int] = []
 
-    def start(self, resume: bool = False) -> Proc:
-        argv = [sys.executable, "-m", "swarm_node", "join", "--out", str(self.out), "--identity", str(self.key),
-                *self.args, *(["--resume"] if resume else [])]
+    def start(self, resume: bool = False) -> NodeProcess:
+        argv = swarm_node_argv("join", "--out", str(self.out), "--identity", str(self.key), *self.args,
+                               *(["--resume"] if resume else []))
         if self.holder is not None:  # the holder's mount namespace (checkpoints/ on its tmpfs) and network
             argv = ["nsenter", "-t", str(self.holder.pid), "-m", "-n", "--", *argv]
         else:
             argv = self.host.cmd(argv)
-        self.lives.append({"proc": Proc(argv, self.out), "expect": 0, "pids": set(),
+        self.lives.append({"proc": NodeProcess(argv, self.out).start(), "expect": 0, "pids": set(),
                            "from": self.expected_resume[-1] if resume else 0})
         return self.proc
 
     @property
-    def proc(self) -> Proc:
+    def proc(self) -> NodeProcess:
         return self.lives[-1]["proc"]
 
     def checkpoints(self) -> Path:
@@ -128,13 +121,13 @@ class Monitor(threading.Thread):
 
     def poll(self, node: Node) -> None:
         now, life = time.time(), node.lives[-1]
-        if node.proc.proc.poll() is not None:  # exited: no more samples from this life (a zombie has no fds)
+        if node.proc.popen.poll() is not None:  # exited: no more samples from this life (a zombie has no fds)
             return
         for row in node.proc.rows():
             if "ood/accuracy" not in row and row["round"] not in node.seen:
                 node.seen[row["round"]] = (now, row)
         try:
-            procs = [psutil.Process(node.proc.proc.pid)]
+            procs = [psutil.Process(node.proc.popen.pid)]
             procs += procs[0].children(recursive=True)
             rss = sum(p.memory_info().rss for p in procs)
             fds = sum(len(os.listdir(f"/proc/{p.pid}/fd")) for p in procs)
@@ -184,8 +177,8 @@ class Chaos:
     def kill(self, node: Node) -> None:
         self.mid_round(node)
         t = time.time()
-        os.killpg(node.proc.proc.pid, signal.SIGKILL)
-        node.proc.proc.wait(10)
+        os.killpg(node.proc.popen.pid, signal.SIGKILL)
+        node.proc.popen.wait(10)
         node.lives[-1]["expect"] = -9
         ckpt, row = node.latest_round(), node.round()
         time.sleep(self.rng.uniform(2, 6))
@@ -197,9 +190,9 @@ class Chaos:
         self.mid_round(node)
         seconds = 3 * self.p["deadline_s"]
         t = time.time()
-        os.killpg(node.proc.proc.pid, signal.SIGSTOP)
+        os.killpg(node.proc.popen.pid, signal.SIGSTOP)
         time.sleep(seconds)
-        os.killpg(node.proc.proc.pid, signal.SIGCONT)
+        os.killpg(node.proc.popen.pid, signal.SIGCONT)
         self.events.append({"fault": "freeze", "node": node.name, "t": t, "t_end": time.time(), "seconds": seconds})
         self.log(f"froze {node.name} (node + p2pd) for {seconds:.0f} s")
 
@@ -223,7 +216,7 @@ class Chaos:
         with open(root / "filler", "wb") as f:
             f.write(b"\0" * max(0, free - room))
         node.lives[-1]["expect"] = 2
-        rc = node.proc.proc.wait(min(120, self.left()))
+        rc = node.proc.popen.wait(min(120, self.left()))
         (root / "filler").unlink()
         ckpt = node.latest_round()
         self.events.append({"fault": "disk", "node": node.name, "t": t, "rc": rc, "checkpoint": ckpt,
@@ -241,7 +234,7 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
     if why := unavailable():
         raise RuntimeError(f"network namespaces unavailable: {why}")
     p, started = {**PROFILES[profile], "staleness": staleness}, time.time()
-    model = warm_start()
+    model = public_warm_start(800, ARITH)
     t0 = time.time()  # the budget starts after the warm start (cached after the first run)
     work.mkdir(parents=True, exist_ok=True)
     prefix, run_id = f"chaos{os.getpid() % 1000}", f"chaos-{seed}-{os.getpid()}"
@@ -262,8 +255,9 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
                            "jitter_ms": jitter_ms, "rtt_expected_ms": round(delays[shaped] + delays["relay"], 1),
                            **measure_link(hosts[shaped], hosts[next(n for n in hosts if n != shaped)], relay_host)}
         log(f"links: {result['links']}")
-        relay = Proc(relay_host.cmd([sys.executable, "-m", "swarm_node", "relay", "--port", "4001", "--public-ip",
-                                     relay_host.ip, "--run-id", run_id, "--out", str(work / "relay")]), work / "relay")
+        relay = NodeProcess(relay_host.cmd(swarm_node_argv("relay", "--port", "4001", "--public-ip", relay_host.ip,
+                                                           "--run-id", run_id, "--out", str(work / "relay"))),
+                            work / "relay").start()
         others.append(("relay", relay))
         addr = relay.address()
         holder = tmpfs_holder(hosts[disk], work / disk / "checkpoints", "16m", p["budget_s"] + 60)
@@ -272,10 +266,10 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
             nodes[-1].start()
         evil = None
         if adversary:  # the control run (--no-adversary) has none
-            evil = Proc(evil_host.cmd([sys.executable, str(C.REPO / "tests" / "adversary.py"), "--peers", addr,
+            evil = NodeProcess(evil_host.cmd([sys.executable, "-m", "swarm_node.harness.adversary", "--peers", addr,
                                        "--run-id", run_id, "--model", model, "--group-size", "4", "--task-options",
                                        json.dumps(ARITH), "--seconds", str(p["budget_s"]), "--until-round",
-                                       str(p["rounds"]), "--summary", str(work / "adversary.json")]))
+                                       str(p["rounds"]), "--summary", str(work / "adversary.json")]), log=work / "adversary.log").start()
             others.append(("adversary", evil))
         monitor = Monitor(nodes)
         monitor.start()
@@ -292,19 +286,19 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
                 chaos.at_round(frac)
                 fault(by[victims[fault.__name__]])
             for node in nodes:
-                node.proc.proc.wait(chaos.left())
+                node.proc.popen.wait(chaos.left())
             if evil is not None:
-                evil.proc.wait(max(1.0, min(60.0, chaos.left())))
+                evil.popen.wait(max(1.0, min(60.0, chaos.left())))
         except (TimeoutError, subprocess.TimeoutExpired) as e:
             error = f"out of budget: {e}; rounds then {[n.round() for n in nodes]}"
             log(error)
             for node in nodes:  # nothing may write checkpoints while they are checked
                 node.proc.kill()
         everyone = [n.proc for n in nodes] + ([evil] if evil is not None else [])
-        stopped_by_itself = error is None and all(x.proc.poll() is not None for x in everyone)
+        stopped_by_itself = error is None and all(x.poll() is not None for x in everyone)
         result["wall_s"], result["soak_s"] = round(time.time() - started, 1), round(time.time() - t0, 1)
         result["events"] = chaos.events
-        relay.proc.terminate(), relay.proc.wait(30)
+        relay.popen.terminate(), relay.popen.wait(30)
         monitor.stop.set(), monitor.join()
         for node in nodes:
             monitor.poll(node)
@@ -356,8 +350,8 @@ def window(node: Node, t0: float, t1: float) -> list[dict]:
 def check(p: dict, nodes: list[Node], others: list, events: list[dict], stopped: bool, error: str | None) -> dict:
     res, ev = [], {e["fault"]: e for e in events}
     lives = [(n, i, life) for n in nodes for i, life in enumerate(n.lives)]
-    rcs = {f"{n.name}#{i}": (life["proc"].proc.poll(), life["expect"]) for n, i, life in lives} | \
-          {name: (proc.proc.poll(), 0) for name, proc in others}
+    rcs = {f"{n.name}#{i}": (life["proc"].poll(), life["expect"]) for n, i, life in lives} | \
+          {name: (proc.poll(), 0) for name, proc in others}
     wrong = {k: rc for k, (rc, want) in rcs.items() if rc != want}
     rcs = {k: rc for k, (rc, _) in rcs.items()}
     res.append(inv("exits: only the injected ones abnormal", not wrong, f"{rcs}; unexpected: {wrong}"))

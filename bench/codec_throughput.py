@@ -20,9 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import sys
 import time
+from pathlib import Path
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
 
 
 SCENARIOS = {

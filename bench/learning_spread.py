@@ -29,7 +29,6 @@ worst test statistic these runs allow (the mean of the len(SEEDS) lowest).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -38,7 +37,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
+from swarm_node.harness import learning  # noqa: E402 (the recipe tests/test_learning.py asserts on)
 
 PATHS = {
     "native": {},
@@ -50,14 +52,6 @@ PATHS = {
 }
 CONTROLS = {"flipped-loss": {"break": "flip"}, "shuffled-adv": {"break": "shuffle"}}
 IDENTITY_PATHS = ("mkldnn-off", "threads-2")
-
-
-def learning_test_module():
-    """tests/test_learning.py, imported by path: its config and summary are the single source of truth."""
-    spec = importlib.util.spec_from_file_location("test_learning", C.REPO / "tests" / "test_learning.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ------------------------------------------------------------------------------------ worker
@@ -98,10 +92,9 @@ def worker(job: dict) -> dict:
     from swarm_node.config import load_config
 
     t = time.time()
-    mod = learning_test_module()
     with tempfile.TemporaryDirectory() as out:
-        rows = run(load_config(None, mod.learning_overrides(job["seed"]) + job.get("extra", []) + [f"out={out}"]))
-    return {**mod.summarize(rows), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        rows = run(load_config(None, learning.learning_overrides(job["seed"]) + job.get("extra", []) + [f"out={out}"]))
+    return {**learning.summarize(rows), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "evals": [[r["round"], r["eval/accuracy"]] for r in rows if "eval/accuracy" in r],
             "rewards": [r.get("reward/mean") for r in rows if r["round"] > 0], "wall_s": round(time.time() - t, 1)}
 
@@ -167,33 +160,32 @@ def main() -> None:
         resummarize(Path(args.resummarize))
         return
     C.single_thread()
-    mod = learning_test_module()
-    args.test_seeds = list(mod.SEEDS)
+    args.test_seeds = list(learning.SEEDS)
     info, started = C.machine_info(), time.time()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=args.jobs) as pool:
         cache_root = Path(args.cache) if args.cache else Path(tmp)
         runs = list(pool.map(lambda job: launch(job, cache_root), jobs_for(args)))
-    summary, identity = summarize_runs(runs, list(mod.SEEDS))
+    summary, identity = summarize_runs(runs, list(learning.SEEDS))
     path = C.write_results("learning_spread", runs, args, info, started, out=args.out,
-                           **test_settings(mod), summary=summary, identical_to_native=identity)
+                           **test_settings(), summary=summary, identical_to_native=identity)
     print(f"wrote {C.shown(path)}")
 
 
-def test_settings(mod) -> dict:
+def test_settings() -> dict:
     """What the test asserts, stored beside the runs so a re-summary can check it still matches."""
-    return {"test_config": mod.learning_overrides(0), "test_seeds": list(mod.SEEDS),
-            "thresholds": {"min_mean_gain": mod.MIN_MEAN_GAIN, "min_mean_reward_gain": mod.MIN_MEAN_REWARD_GAIN}}
+    return {"test_config": learning.learning_overrides(0), "test_seeds": list(learning.SEEDS),
+            "thresholds": {"min_mean_gain": learning.MIN_MEAN_GAIN, "min_mean_reward_gain": learning.MIN_MEAN_REWARD_GAIN}}
 
 
 def resummarize(path: Path) -> None:
     """Recompute the summary of saved runs with the test's current seeds and thresholds (no re-run).
 
     Refuses when the test's run config changed since the runs were measured: then they must be re-run."""
-    payload, mod = json.loads(path.read_text()), learning_test_module()
-    if payload["test_config"] != mod.learning_overrides(0):
-        sys.exit(f"{path}: measured with another learning config than tests/test_learning.py now has; re-run")
-    payload.update(test_settings(mod))
-    payload["summary"], payload["identical_to_native"] = summarize_runs(payload["results"], list(mod.SEEDS))
+    payload = json.loads(path.read_text())
+    if payload["test_config"] != learning.learning_overrides(0):
+        sys.exit(f"{path}: measured with another learning config than swarm_node/harness/learning.py now has; re-run")
+    payload.update(test_settings())
+    payload["summary"], payload["identical_to_native"] = summarize_runs(payload["results"], list(learning.SEEDS))
     payload["resummarized_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     print(f"re-summarized {C.shown(path)}")

@@ -2,7 +2,7 @@
 
 Real processes on 127.0.0.1: a victim `swarm-node join` node (tiny-s, arith, warm start 600, the
 tiny presets' lr 2e-5, G = 12, 2 prompts per round), an honest peer of the same kind, and the
-attacker (bench/poison_attacker.py): one peer offering, every round, a packet of 24 groups with
+attacker (swarm_node/harness/poisoner.py): one peer offering, every round, a packet of 24 groups with
 one correct completion claiming generator log-prob 0 and 11 wrong ones (right answer line + junk)
 claiming log-probs just below the victim's own (full TIS weight C = 2, divergence ~10 < g = 50).
 
@@ -37,14 +37,17 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
+from swarm_node.harness.process import NodeProcess  # noqa: E402
+from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
+from swarm_node.metrics import read_metrics  # noqa: E402
 
 CONFIGS: dict[str, tuple[bool, list[str]]] = {  # name -> (attacker?, config overrides of both honest nodes)
     "baseline": (False, []),
@@ -65,45 +68,10 @@ for _name in ("b_neg_cap", "b_sign_weights", "c_certain", "bc"):
 NODE = ["--model", "tiny-s", "--task", "arith", "--set", "train.lr=2e-5", "--set", "train.warmstart_steps=600",
         "--set", "task.eval_limit=200", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
         "--set", "threads=1", "--set", "swarm.deadline_s=20",
-        "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=5", "--host-maddrs", "/ip4/127.0.0.1/tcp/0"]
-
-
-def warm_start() -> str:
-    """The public warm-started model (the attacker's copy of the victim's round-0 weights)."""
-    from swarm_node.config import load_config
-    from swarm_node.tasks import load_task
-    from swarm_node.train.warmstart import warmstarted_model
-
-    cfg = load_config(None, ["model.name=tiny-s", "task.name=arith", "train.warmstart_steps=600", "threads=1"])
-    return warmstarted_model(cfg, load_task("arith", None))
-
-
-def start(argv: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen, grace: float = 30) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
-def join_address(out: Path, proc: subprocess.Popen, timeout: float = 300) -> str:
-    from swarm_node.status import wait_for_status
-
-    status = wait_for_status(out, lambda s: s.get("pid") == proc.pid and bool(s.get("join_addrs")), timeout,
-                             alive=lambda: proc.poll() is None)
-    return status["join_addrs"][0]
+        "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=5"]
 
 
 def summarize_node(out: Path) -> dict:
-    from swarm_node.metrics import read_metrics
-
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "ood/accuracy" not in r]
     trained = [r for r in rows if r["round"] > 0]
     mean = lambda key: statistics.fmean([r.get(key, 0.0) for r in trained]) if trained else None  # noqa: E731
@@ -126,26 +94,24 @@ def run_one(name: str, seed: int, rounds: int, work: Path, model: str) -> dict:
     run_id = f"poison-{name}-{seed}-{os.getpid()}"
     overrides = [*loss, f"swarm.min_peers={2 if attack else 1}"]
     common = [*NODE, "--rounds", str(rounds), "--run-id", run_id, *[a for kv in overrides for a in ("--set", kv)]]
-    node = [sys.executable, "-m", "swarm_node", "join"]
     procs = []
     t0 = time.time()
     try:
-        victim = start([*node, "--out", str(tmp / "victim"), *common, "--set", f"train.seed={2 * seed}"], tmp / "victim.log")
+        victim = NodeProcess.join([*common, "--set", f"train.seed={2 * seed}"], tmp / "victim").start()
         procs.append(victim)
-        addr = join_address(tmp / "victim", victim)
-        honest = start([*node, "--out", str(tmp / "honest"), *common, "--set", f"train.seed={2 * seed + 1}",
-                        "--peers", addr], tmp / "honest.log")
+        addr = victim.address(300)
+        honest = NodeProcess.join([*common, "--set", f"train.seed={2 * seed + 1}", "--peers", addr], tmp / "honest").start()
         procs.append(honest)
         if attack:  # both honest nodes wait for 2 peers: the attacker's packet is in every step it can be
-            procs.append(start([sys.executable, str(C.BENCH_DIR / "poison_attacker.py"), "--peers", addr, "--run-id", run_id,
-                                "--model", model, "--seed", str(seed), "--summary", str(tmp / "attacker.json")],
-                               tmp / "attacker.log"))
-        for proc, who in ((victim, "victim"), (honest, "honest")):
+            procs.append(NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--peers", addr, "--run-id",
+                                      run_id, "--model", model, "--seed", str(seed), "--summary", str(tmp / "attacker.json")],
+                                     log=tmp / "attacker.log").start())
+        for proc in (victim, honest):
             if proc.wait(rounds * 60 + 600) != 0:
-                raise RuntimeError(f"{who} exited {proc.returncode}: {(tmp / f'{who}.log').read_text()[-2000:]}")
+                raise RuntimeError(f"{proc.name} exited {proc.popen.returncode}: {proc.text(30)}")
     finally:
         for proc in reversed(procs):
-            stop(proc)
+            proc.stop(grace_term=30)
     result = {"config": name, "seed": seed, "rounds": rounds, "attack": attack, "overrides": loss,
               "wall_s": round(time.time() - t0, 1),
               "victim": summarize_node(tmp / "victim"), "honest": summarize_node(tmp / "honest")}
@@ -203,7 +169,7 @@ def main() -> int:
                 if rows.exists() and summarize_node(tmp / who)["rounds"] == r["rounds"]:
                     r[who] = summarize_node(tmp / who)
         args.configs = []
-    model = warm_start()
+    model = public_warm_start(600)
     for seed in args.seeds:  # seed-major: every config gets a seed before any gets a second
         for name in args.configs:
             if any(r["config"] == name and r["seed"] == seed and r["rounds"] == args.rounds for r in runs):

@@ -20,12 +20,15 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 
-from _common import PYTHON, REPO, machine_info, print_table, write_results
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench._common import PYTHON, REPO, machine_info, print_table, write_results  # noqa: E402
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 

@@ -1,7 +1,7 @@
 """Red team of the un-teaching defences (loss.peer_negative_weight = 0, loss.peer_plausibility_margin = 1,
-swarm.fair_wait_s = 2): tests/test_poisoning.py's `attacked_swarm` at the project defaults (tiny-s,
-16 prompts a round, lr 1e-4, G = 12, 800-step warm start, held-out n = 200) with an adaptive attacker
-kind of bench/poison_attacker.py.
+swarm.fair_wait_s = 2): tests/test_poisoning.py's swarm at the project defaults (tiny-s, 16 prompts a
+round, lr 1e-4, G = 12, 800-step warm start, held-out n = 200: `poisoner.victim_args`) with an
+adaptive attacker kind of swarm_node/harness/poisoner.py.
 
     PYTHONPATH=. SWARM_NODE_CACHE=/tmp/redteam-cache .venv/bin/python bench/redteam_poisoning.py --kind needle --rounds 80
 
@@ -15,7 +15,6 @@ import argparse
 import collections
 import json
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -23,18 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args
+from swarm_node.harness.process import NodeProcess
+from swarm_node.harness.warmstart import public_warm_start
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from procs import Proc  # noqa: E402
-from test_poisoning import public_warm_start  # noqa: E402
-
-
-def node_args(rounds: int) -> list[str]:
-    return ["--model", "tiny-s", "--task", "arith", "--rounds", str(rounds), "--set", "train.warmstart_steps=800",
-            "--set", "task.eval_limit=200", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
-            "--set", "swarm.deadline_s=20", "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=10",
-            "--set", "swarm.alone_wait_s=null"]
 
 
 def main() -> int:
@@ -42,27 +34,31 @@ def main() -> int:
     ap.add_argument("--kind", required=True)
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--attackers", type=int, default=1, help="attacker processes (distinct peer ids)")
-    ap.add_argument("--attacker-args", default="", help="extra arguments for poison_attacker.py")
+    ap.add_argument("--attacker-args", default="", help="extra arguments for swarm_node.harness.poisoner")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results" / "redteam_poisoning.json"))
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{args.kind}-"))
-    run, model = f"redteam-{args.kind}", public_warm_start()
+    run, model = f"redteam-{args.kind}", public_warm_start(VICTIM_WARMSTART_STEPS)
     started, t0 = [], time.time()
     try:
-        v = Proc.join([*node_args(args.rounds), "--run-id", run, "--set", "train.seed=0"], tmp / "victim"); started.append(v)
-        h = Proc.join([*node_args(args.rounds), "--run-id", run, "--set", "train.seed=1", "--peers", v.address()],
-                      tmp / "honest"); started.append(h)
+        v = NodeProcess.join([*victim_args(args.rounds), "--run-id", run, "--set", "train.seed=0"], tmp / "victim")
+        started.append(v.start())
+        h = NodeProcess.join([*victim_args(args.rounds), "--run-id", run, "--set", "train.seed=1", "--peers", v.address()],
+                             tmp / "honest")
+        started.append(h.start())
         evils = []
         for k in range(args.attackers):
-            e = Proc([sys.executable, str(ROOT / "bench" / "poison_attacker.py"), "--kind", args.kind, "--peers", v.address(),
-                      "--run-id", run, "--model", model, "--groups", "16", "--seconds", "1500", "--seed", str(k),
-                      "--summary", str(tmp / f"attacker{k}.json"), *args.attacker_args.split()])
-            started.append(e); evils.append(e)
+            e = NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", args.kind, "--peers",
+                             v.address(), "--run-id", run, "--model", model, "--groups", "16", "--seconds", "1500",
+                             "--seed", str(k), "--summary", str(tmp / f"attacker{k}.json"), *args.attacker_args.split()],
+                            log=tmp / f"attacker{k}.log")
+            started.append(e.start())
+            evils.append(e)
         ids = [e.wait_line("ATTACKER ", 300).split()[1] for e in evils]
         for node in (v, h):
             assert node.wait(1500) == 0, node.text()
         for e in evils:
-            e.proc.terminate()
+            e.popen.terminate()
             e.wait(60)
         v_rows, h_rows = v.rows(), h.rows()
         summaries = [json.loads((tmp / f"attacker{k}.json").read_text()) for k in range(args.attackers)]

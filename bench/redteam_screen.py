@@ -3,17 +3,13 @@ its own samples' q05 floor, and per attacker kind the fraction of the positives 
 victim's round-0 policy (exactly the trainer's `implausible` test with the same model)."""
 import argparse
 import json
-import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench")]
-from poison_attacker import Poisoner  # noqa: E402
-from test_poisoning import public_warm_start  # noqa: E402
+from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, Poisoner
+from swarm_node.harness.warmstart import public_warm_start
 
 
 def main():
@@ -21,7 +17,7 @@ def main():
     ap.add_argument("--kinds", nargs="+", default=["junk", "needle", "format", "decoy"])
     ap.add_argument("--groups", type=int, default=16)
     a = ap.parse_args()
-    model = public_warm_start()
+    model = public_warm_start(VICTIM_WARMSTART_STEPS)
     out = {}
     for kind in a.kinds:
         args = types.SimpleNamespace(model=model, task_options="{}", kind=kind, group_size=12, groups=a.groups,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import signal
@@ -36,76 +35,22 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-RESULTS = BENCH / "results" / "replication"
-RUNS = REPO / "runs" / "replicate"
-DOC, IMG = REPO / "docs" / "REPLICATION.md", REPO / "docs" / "img"
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench.replicate_report import render  # noqa: E402
+from bench.replicate_study import (  # noqa: E402
+    ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, PAIRS, QUICK, REPO, RUNS, TASK, WARM_STEPS, Node, Scale,
+)
+from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, swarm_node_argv  # noqa: E402
 
-TASK = {"digits": 2, "second_digits": 1}  # the demo's task: "What is 48 plus 7?"
-OOD = {"digits": 2, "second_digits": 2}  # with a second operand of 10..99: never seen in training
-WARM_STEPS, MAX_NEW_TOKENS = 800, 10
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
         "is/ratio_mean", "is/ratio_min", "is/ratio_max", "swarm/peer_groups_used", "train/sequences",
-        "train/groups", "time/round_s")
-
-
-@dataclass(frozen=True)
-class Node:
-    """One node recipe: model, trainable parameters, learning rate, warm-start slice of the task."""
-
-    name: str
-    model: str
-    lr: float
-    index: int  # part of the node's RL seed, so two nodes of a swarm answer different prompts
-    lora_r: int = 0
-    warm_ops: tuple[str, ...] = ("plus", "minus")
-
-
-NODES = {n.name: n for n in [
-    Node("tiny-s", "tiny-s", 1e-5, 1),
-    Node("tiny-m", "tiny-m", 2e-5, 2),
-    Node("tiny-s-lora", "tiny-s", 5e-4, 3, lora_r=8),
-    Node("tiny-s-plus", "tiny-s", 1e-5, 4, warm_ops=("plus",)),
-    Node("tiny-s-minus", "tiny-s", 1e-5, 5, warm_ops=("minus",)),
-]}
-PAIRS = {"size": ("tiny-s", "tiny-m"), "trainable": ("tiny-s", "tiny-s-lora"),
-         "expertise": ("tiny-s-plus", "tiny-s-minus")}
-# arm -> (loss variant, swarm mode or None for alone, filter threshold g)
-ARMS = {"alone": ("nois", None, 50.0), "nois": ("nois", "vertical", 50.0), "f-nois": ("f-nois", "vertical", 50.0),
-        "f-tis": ("f-tis", "vertical", 50.0), "f-vis": ("f-vis", "vertical", 50.0),
-        "horizontal": ("f-tis", "horizontal", 50.0), "g5": ("f-tis", "vertical", 5.0),
-        "g10": ("f-tis", "vertical", 10.0), "g100": ("f-tis", "vertical", 100.0)}
-# (pair, arm) in the order they run: the core claims first, over every seed, so a cut-off study
-# still answers them
-PLAN = ([("size", a) for a in ("alone", "nois", "f-tis", "f-nois", "f-vis", "horizontal", "g5", "g10", "g100")]
-        + [(p, a) for p in ("trainable", "expertise") for a in ("alone", "nois", "f-nois", "f-tis")])
-
-
-@dataclass(frozen=True)
-class Scale:
-    rounds: int
-    eval_every: int
-    eval_limit: int
-    ood_limit: int
-    seeds: tuple[int, ...]
-    plan: tuple[tuple[str, str], ...]
-    results: Path
-
-
-FULL = Scale(rounds=100, eval_every=25, eval_limit=500, ood_limit=500, seeds=(0, 1, 2), plan=tuple(PLAN),
-             results=RESULTS)
-QUICK = Scale(rounds=4, eval_every=0, eval_limit=100, ood_limit=100, seeds=(0,),
-              plan=(("size", "alone"), ("size", "nois"), ("size", "f-tis")), results=RUNS / "quick")
+        "train/groups", "time/round_s")  # the metrics kept per round in a run's results
 
 
 # ---------------------------------------------------------------------------------- warm starts
-def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-
 
 def warm_config(node: Node):
     from swarm_node.config import ModelConfig, NodeConfig, TaskConfig, TrainConfig
@@ -127,7 +72,7 @@ def warm_up(nodes: list[Node]) -> None:
     for i in range(0, len(todo), 2):
         batch = todo[i:i + 2]
         print(f"warm start: {', '.join(n.name for n in batch)} ({WARM_STEPS} supervised steps)", flush=True)
-        procs = [subprocess.Popen([sys.executable, __file__, "--warm-one", n.name], env=_env()) for n in batch]
+        procs = [subprocess.Popen([sys.executable, __file__, "--warm-one", n.name], env=child_env()) for n in batch]
         if any(p.wait() != 0 for p in procs):
             raise SystemExit("warm start failed")
 
@@ -164,37 +109,10 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
                      "swarm.alone_wait_s": None,  # the first node waits for the second from round 1
                      "swarm.identity": str(out / "identity.key"), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
                      "swarm.peers": [peer] if peer else []})
-    argv = [sys.executable, "-m", "swarm_node", command, "--out", str(out)]
+    argv = swarm_node_argv(command, "--out", str(out))
     for key, value in sets.items():
         argv += ["--set", f"{key}={json.dumps(value)}"]
     return argv
-
-
-class NodeProcess:
-    """One node in its own process group, output to OUT/console.log."""
-
-    def __init__(self, argv: list[str], out: Path):
-        shutil.rmtree(out, ignore_errors=True)  # a retry starts clean (metrics.jsonl would append)
-        out.mkdir(parents=True)
-        self.out, self.log = out, open(out / "console.log", "w")
-        self.popen = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=_env(), cwd=REPO,
-                                      start_new_session=True)
-
-    def join_address(self, timeout: float = 180) -> str:
-        from swarm_node.status import wait_for_status
-
-        status = wait_for_status(self.out, lambda s: s.get("pid") == self.popen.pid and bool(s.get("join_addrs")),
-                                 timeout, alive=lambda: self.popen.poll() is None)
-        return status["join_addrs"][0]
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(10)
-        self.log.close()
-
-    def tail(self, n: int = 15) -> str:
-        return "\n".join((self.out / "console.log").read_text(errors="replace").splitlines()[-n:])
 
 
 def run_nodes(nodes: list[Node], arm: str, seed: int, scale: Scale, run_dir: Path, run_id: str) -> None:
@@ -205,13 +123,14 @@ def run_nodes(nodes: list[Node], arm: str, seed: int, scale: Scale, run_dir: Pat
         peer = None
         for node in nodes:
             out = run_dir / node.name
-            procs.append(NodeProcess(node_argv(node, arm, seed, scale, out, run_id, peer), out))
+            shutil.rmtree(out, ignore_errors=True)  # a retry starts clean (metrics.jsonl would append)
+            procs.append(NodeProcess(node_argv(node, arm, seed, scale, out, run_id, peer), out).start(cwd=REPO))
             if ARMS[arm][1] is not None and peer is None:
-                peer = procs[0].join_address()
+                peer = procs[0].address(180)
         for proc in procs:
-            code = proc.popen.wait(max(1.0, timeout - time.monotonic()))
+            code = proc.wait(max(1.0, timeout - time.monotonic()))
             if code != 0:
-                raise RuntimeError(f"{proc.out.name} exited {code}:\n{proc.tail()}")
+                raise RuntimeError(f"{proc.name} exited {code}:\n{proc.text(15)}")
     finally:
         for proc in procs:
             proc.kill()
@@ -289,7 +208,7 @@ def run_one(scale: Scale, pair: str, arm: str, seed: int) -> None:
         try:
             run_nodes(nodes, arm, seed, scale, run_dir, f"repl-{pair}-{arm}-s{seed}")
             break
-        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as e:
+        except (RuntimeError, NodeFailed) as e:
             print(f"  {label}: attempt {attempt} failed: {e}", flush=True)
             if attempt == 2:
                 return
@@ -354,8 +273,6 @@ def main() -> None:
         stop_at = time.time() + ((h * 60 + m) - (now.tm_hour * 60 + now.tm_min)) * 60 - now.tm_sec
     if not args.render:
         study(scale, stop_at)
-    from replicate_report import render  # the report half of the study
-
     render(scale, quick=args.quick)
 
 

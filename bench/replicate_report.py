@@ -1,10 +1,11 @@
 """Statistics, verdicts and the report of the replication study (docs/REPLICATION.md).
 
-Split from bench/replicate.py (which runs the arms); `python bench/replicate.py --render` calls
-`render` here to redraw the document from the cached per-run JSON.
+bench/replicate.py runs the arms of the study (bench/replicate_study.py) and then calls `render`
+here; `python bench/replicate.py --render` only redraws the document from the cached per-run JSON.
 """
 
 from __future__ import annotations
+
 import json
 import math
 import os
@@ -12,7 +13,7 @@ import re
 import time
 from pathlib import Path
 
-from replicate import DOC, IMG, OOD, PAIRS, RUNS, Scale  # noqa: E402 (the runner's constants)
+from bench.replicate_study import DOC, IMG, OOD, PAIRS, RUNS, Scale
 
 # ---------------------------------------------------------------------------------- statistics
 DELTA = 0.03  # smallest effect we care about: 3 points of pass@1 (one 500-problem eval is +-2)

@@ -11,7 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
 
 RESULTS = C.RESULTS_DIR
 

@@ -38,7 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
 
 PARTS = ["generate", "reward", "exchange", "exchange/encode", "exchange/offer", "exchange/collect",
          "exchange/accept", "logprob", "loss", "backward", "step", "eval"]

@@ -38,7 +38,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
 
 DESIGNS = ("dht-key", "push")
 _SS_PID = re.compile(r"pid=(\d+)")

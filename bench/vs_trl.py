@@ -34,8 +34,11 @@ import random
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-import _common as C
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench import _common as C  # noqa: E402
 
 SIDES = ["ours", "trl", "trl-no-gc"]
 SCENARIOS = ["arith", "coin"]

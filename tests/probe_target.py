@@ -10,15 +10,18 @@ from __future__ import annotations
 import sys
 import time
 
-from swarm_node.wire.codec import Packet, encode
 from swarm_node.config import SwarmConfig
 from swarm_node.net.announce import Mesh
+from swarm_node.net.fetch import Offers
 from swarm_node.net.hivemind import HivemindTransport
+from swarm_node.wire.codec import Packet, encode
 
 
-class Broken(HivemindTransport):
-    def _lookup(self, digest: str) -> bytes | None:
-        data = super()._lookup(digest)
+class FlippedOffers(Offers):
+    """Serves each packet with its last bit flipped: bytes that do not hash to the announced digest."""
+
+    def get(self, digest: str) -> bytes | None:
+        data = super().get(digest)
         return None if data is None else data[:-1] + bytes([data[-1] ^ 1])
 
 
@@ -27,7 +30,9 @@ def main() -> None:
     if broken:
         Mesh.judge = lambda self, ann: None
     cfg = SwarmConfig(run_id="probe-run", host_maddrs=["/ip4/127.0.0.1/tcp/0"])
-    node = (Broken if broken else HivemindTransport)(cfg, "m", "sha256:" + "0" * 64)
+    node = HivemindTransport(cfg, "m", "sha256:" + "0" * 64)
+    if broken:
+        node._offers = FlippedOffers(cfg.max_offers)
     node.start()
     try:
         packet = Packet(run_id=cfg.run_id, sender=node.peer_id, model_id="m", tokenizer="sha256:" + "0" * 64,

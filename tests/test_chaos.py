@@ -3,31 +3,38 @@
 Four `swarm-node join` nodes in network namespaces (one behind NAT, through a relay) and a hostile
 peer, on delayed, lossy links (one also rate-limited), through a kill -9 + --resume, a freeze, a
 partition and a full checkpoint disk; every invariant the soak checks must hold, each node's
-held-out accuracy included. About 4-5 minutes on 2 cores.
+held-out accuracy included. The benchmark runs as a program (`python -m bench.chaos`); this test
+reads its JSON report. About 4-5 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from netns import unavailable
+from swarm_node.harness.netns import unavailable
+from swarm_node.harness.process import NodeProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import chaos  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
 NETNS = unavailable()
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(NETNS is not None, reason=f"network namespaces unavailable: {NETNS}")
 def test_chaos_soak_loses_nothing(tmp_path):
-    result = chaos.soak("test", seed=0, work=tmp_path / "soak", log=lambda line: print(line, flush=True))
-    print()
-    for item in result["invariants"]:
-        print(f"{'PASS' if item['ok'] else 'FAIL'}  {item['name']}: {item['figure']}")
+    report = tmp_path / "chaos.json"
+    soak = NodeProcess([sys.executable, "-m", "bench.chaos", "--profile", "test", "--seed", "0",
+                        "--work", str(tmp_path / "soak"), "--out", str(report)], log=tmp_path / "chaos.log")
+    try:
+        soak.start(cwd=ROOT).wait(900)
+    finally:
+        soak.stop(grace_int=120)  # a Ctrl-C: the soak stops its nodes and deletes its namespaces
+        print(soak.text(200))  # its log lines, then one PASS/FAIL line per invariant
+    assert report.exists(), f"bench/chaos.py wrote no report (exit code {soak.popen.returncode})"
+    result = json.loads(report.read_text())["results"]
     faults = {e["fault"] for e in result["events"]}
     assert faults == {"kill", "freeze", "split", "disk"}, result["events"]
     links = result["links"]

@@ -23,8 +23,9 @@ from swarm_node.commands import cli
 from swarm_node.config import ConfigError
 from swarm_node.commands.demo import run as demo
 from swarm_node.commands.demo.live import NodeView
-from swarm_node.harness.processes import CHILD_ENV, DemoError, NodeProc, stop_processes, wait_until_up
-from swarm_node.harness.warmstart_pool import group_by_recipe, warm_start
+from swarm_node.commands.demo.run import DemoError, wait_until_up
+from swarm_node.harness.process import CHILD_ENV, NodeFailed, NodeProcess, stop_processes
+from swarm_node.harness.warmstart import group_by_recipe, warm_start
 from swarm_node.status import StatusFile, read_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,13 +144,9 @@ time.sleep(60)
 """
 
 
-def _fake_node(tmp_path: Path, mode: str) -> NodeProc:
-    proc = NodeProc(spec=None, out=tmp_path / mode, argv=[sys.executable, "-c", FAKE_NODE, str(tmp_path / mode), mode])
-    proc.out.mkdir(exist_ok=True)
-    proc.log_file = open(proc.out / "console.log", "ab")
-    proc.popen = subprocess.Popen(proc.argv, stdout=proc.log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return proc
+def _fake_node(tmp_path: Path, mode: str) -> NodeProcess:
+    out = tmp_path / mode
+    return NodeProcess([sys.executable, "-c", FAKE_NODE, str(out), mode], out).start()
 
 
 def test_wait_until_up_reads_the_join_address_from_status_json(tmp_path):
@@ -177,19 +174,18 @@ def test_wait_until_up_ignores_a_stale_status_and_reports_a_failed_node(tmp_path
         stop_processes([silent, failing], grace_int=1.0, grace_term=1.0)
 
 
-def test_test_procs_learn_the_join_address_from_status_json(tmp_path, procs):
-    """tests/procs.py's `Proc.address()` (used by the join and reliability tests) reads status.json."""
-    from procs import Proc
-
+def test_node_process_learns_the_join_address_from_status_json(tmp_path, procs):
+    """`NodeProcess.address()` (used by the join and reliability tests and the benchmarks) reads status.json."""
     out = tmp_path / "p"
     out.mkdir()
     StatusFile(out, "old", rounds=3).update(join_addrs=["/ip4/127.0.0.1/tcp/1/p2p/QmOld"])  # a stale one: ignored
     assert read_status(out)["join_addrs"]
-    node = procs(Proc([sys.executable, "-c", FAKE_NODE, str(out), "up"], out))
+    node = procs(NodeProcess([sys.executable, "-c", FAKE_NODE, str(out), "up"], out))
     assert node.address() == "/ip4/127.0.0.1/tcp/4242/p2p/QmFake"
-    failing = procs(Proc([sys.executable, "-c", FAKE_NODE, str(tmp_path / "f"), "fail"], tmp_path / "f"))
-    with pytest.raises(AssertionError, match="node stopped before its status was ready"):
+    failing = procs(NodeProcess([sys.executable, "-c", FAKE_NODE, str(tmp_path / "f"), "fail"], tmp_path / "f"))
+    with pytest.raises(NodeFailed, match=r"exited \(code 2\) before its swarm started") as failed:
         failing.address()
+    assert failed.value.exited and "error: cannot load model" in str(failed.value)
 
 
 STUBBORN = """
@@ -203,9 +199,8 @@ time.sleep(600)
 
 
 def test_stop_processes_escalates_and_kills_escaped_descendants(tmp_path):
-    proc = NodeProc(spec=None, out=tmp_path, argv=[sys.executable, "-c", STUBBORN])
-    proc.popen = subprocess.Popen(proc.argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    child = psutil.Process(int(proc.popen.stdout.readline()))
+    proc = NodeProcess([sys.executable, "-c", STUBBORN]).start()
+    child = psutil.Process(int(proc.wait_line("\n", 30)))
     start = time.monotonic()
     stop_processes([proc], grace_int=1.0, grace_term=1.0)
     assert proc.popen.poll() == -signal.SIGKILL and time.monotonic() - start < 15

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from procs import Proc
+from swarm_node.harness.process import NodeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +32,12 @@ def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
     swarm = ["--rounds", "3", "--set", "swarm.min_peers=2", "--set", "swarm.deadline_s=90",
              "--set", "swarm.linger_s=15", "--run-id", "three",
              "--set", "swarm.alone_wait_s=null"]  # the first node waits the full deadline for the others
-    first = procs(Proc.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "s"))
+    first = procs(NodeProcess.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "s"))
     peers = ["--peers", first.address()]
-    others = [procs(Proc.join(["--model", "tiny-m", "--set", "train.seed=1", *peers, *COMMON, *swarm],
-                              tmp_path / "m")),
-              procs(Proc.join(["--model", "tiny-s", "--lora-r", "4", "--set", "train.seed=2", *peers, *COMMON,
-                               *swarm], tmp_path / "s-lora"))]
+    others = [procs(NodeProcess.join(["--model", "tiny-m", "--set", "train.seed=1", *peers, *COMMON, *swarm],
+                                     tmp_path / "m")),
+                     procs(NodeProcess.join(["--model", "tiny-s", "--lora-r", "4", "--set", "train.seed=2", *peers, *COMMON,
+                                      *swarm], tmp_path / "s-lora"))]
     for node in [first, *others]:
         assert node.wait(300) == 0, "".join(node.lines[-40:])
     for node in [first, *others]:
@@ -61,15 +61,15 @@ def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
 def test_identity_is_stable_and_exclusive(tmp_path, procs):
     key = tmp_path / "node.key"
     args = ["--model", "tiny-s", "--identity", str(key), *COMMON, "--set", "swarm.linger_s=0"]
-    once = procs(Proc.join(args + ["--rounds", "0"], tmp_path / "a"))
+    once = procs(NodeProcess.join(args + ["--rounds", "0"], tmp_path / "a"))
     address = once.address()
     assert once.wait(120) == 0
-    again = procs(Proc.join(args + ["--rounds", "0"], tmp_path / "b"))
+    again = procs(NodeProcess.join(args + ["--rounds", "0"], tmp_path / "b"))
     assert again.address().rsplit("/p2p/", 1)[1] == address.rsplit("/p2p/", 1)[1]
     assert again.wait(120) == 0
-    holder = procs(Proc.join(args + ["--rounds", "50", "--set", "swarm.deadline_s=5"], tmp_path / "c"))
+    holder = procs(NodeProcess.join(args + ["--rounds", "50", "--set", "swarm.deadline_s=5"], tmp_path / "c"))
     holder.address()
-    rival = procs(Proc.join(args + ["--rounds", "1"], tmp_path / "d"))
+    rival = procs(NodeProcess.join(args + ["--rounds", "1"], tmp_path / "d"))
     assert rival.wait(120) == 2
     output = "".join(rival.lines)
     assert "error:" in output and "Traceback" not in output
@@ -83,15 +83,15 @@ def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, procs):
     port = _free_port()
     address = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(key.public_key())}"
     swarm = ["--set", "swarm.min_peers=1", "--set", "swarm.deadline_s=6", "--run-id", "late"]
-    lonely = procs(Proc.join(["--model", "tiny-s", "--peers", address, "--rounds", "12", *COMMON, *swarm],
-                             tmp_path / "b"))
+    lonely = procs(NodeProcess.join(["--model", "tiny-s", "--peers", address, "--rounds", "12", *COMMON, *swarm],
+                                    tmp_path / "b"))
     deadline = time.monotonic() + 120
     while not any(r["round"] >= 1 for r in lonely.rows()):
-        assert time.monotonic() < deadline and lonely.proc.poll() is None, "".join(lonely.lines[-40:])
+        assert time.monotonic() < deadline and lonely.popen.poll() is None, "".join(lonely.lines[-40:])
         time.sleep(0.5)
     assert lonely.rows()[1]["swarm/peers"] == 0  # trained alone while the peer was down
-    late = procs(Proc.join(["--model", "tiny-s", "--identity", str(key_path), "--rounds", "12", "--set", "train.seed=1",
-                        *COMMON, *swarm], tmp_path / "a", listen=["--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}"]))
+    late = procs(NodeProcess.join(["--model", "tiny-s", "--identity", str(key_path), "--rounds", "12", "--set", "train.seed=1",
+                               *COMMON, *swarm], tmp_path / "a", listen=["--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}"]))
     assert lonely.wait(300) == 0, "".join(lonely.lines[-40:])
     late.wait(300)
     assert any(r.get("swarm/peer_groups_used", 0) > 0 for r in lonely.rows()), lonely.rows()
@@ -100,9 +100,9 @@ def test_unreachable_peer_then_join_when_it_comes_up(tmp_path, procs):
 def test_horizontal_mode_merges_groups_across_nodes(tmp_path, procs):
     swarm = ["--mode", "horizontal", "--rounds", "2", "--run-id", "horiz", "--set", "swarm.min_peers=1",
              "--set", "swarm.deadline_s=90", "--set", "swarm.linger_s=15", "--set", "swarm.alone_wait_s=null"]
-    a = procs(Proc.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "a"))
-    b = procs(Proc.join(["--model", "tiny-m", "--peers", a.address(), "--set", "train.seed=5", *COMMON, *swarm],
-                        tmp_path / "b"))
+    a = procs(NodeProcess.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "a"))
+    b = procs(NodeProcess.join(["--model", "tiny-m", "--peers", a.address(), "--set", "train.seed=5", *COMMON, *swarm],
+                               tmp_path / "b"))
     assert a.wait(300) == 0 and b.wait(300) == 0
     merged_rounds = 0
     for node in (a, b):

@@ -48,35 +48,8 @@ from pathlib import Path
 import pytest
 
 from swarm_node.config import load_config
+from swarm_node.harness.learning import MIN_MEAN_GAIN, MIN_MEAN_REWARD_GAIN, SEEDS, learning_overrides, summarize
 from swarm_node.node import run
-
-SEEDS = (0, 1, 2, 3)
-ROUNDS = 100
-EVAL_EVERY = 10
-FINAL_EVALS = 3  # "final" accuracy = mean of the last three evaluations (rounds 80, 90, 100)
-REWARD_WINDOW = 20  # training reward: rounds 1-20 vs the last 20
-MIN_MEAN_GAIN = 0.05
-MIN_MEAN_REWARD_GAIN = 0.02
-
-
-def learning_overrides(seed: int) -> list[str]:
-    """The config of one learning run (bench/learning_spread.py measures exactly this; dtype auto = fp32 on CPU)."""
-    return ["model.name=tiny-s", f"model.init_seed={seed}", "task.options={digits: 2, second_digits: 1}",
-            "task.eval_limit=0", "train.warmstart_steps=900", f"train.seed={seed}", f"train.rounds={ROUNDS}",
-            "train.lr=1e-4", f"train.eval_every={EVAL_EVERY}", "train.checkpoint_every=0",
-            "rollout.prompts_per_round=16", "rollout.group_size=12", "rollout.max_new_tokens=10",
-            "train.micro_batch=96", "threads=1"]
-
-
-def summarize(rows: list[dict]) -> dict[str, float]:
-    """Start / final held-out pass@1 and early / late training reward of one run's metrics rows."""
-    evals = [row["eval/accuracy"] for row in rows if "eval/accuracy" in row]
-    rewards = [row["reward/mean"] for row in rows if row["round"] > 0 and "reward/mean" in row]
-    assert len(evals) >= FINAL_EVALS + 1 and len(rewards) >= 2 * REWARD_WINDOW, "run too short to summarize"
-    return {"start": evals[0], "final": sum(evals[-FINAL_EVALS:]) / FINAL_EVALS,
-            "reward_early": sum(rewards[:REWARD_WINDOW]) / REWARD_WINDOW,
-            "reward_late": sum(rewards[-REWARD_WINDOW:]) / REWARD_WINDOW}
-
 
 def learning_run(seed: int, out: str, dtype: str) -> dict[str, float]:
     """One warm start + GRPO run (in a worker process); returns `summarize` of its rows."""

@@ -22,8 +22,8 @@ from swarm_node.net.discovery import MEMBER_TARGET, MemberDirectory, RecordValid
 from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
 from swarm_node.net.identity import load_or_create_identity, peer_id_of
 from swarm_node.net.records import MEMBER_BUCKETS, make_member_record, make_record, member_bucket, member_key, record_key
-from netns import Internet, leftover_namespaces, unavailable
-from procs import Proc
+from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
+from swarm_node.harness.process import NodeProcess
 
 
 def _record(peer_id="QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", offers=()):
@@ -314,11 +314,11 @@ def test_a_node_cut_off_for_a_minute_takes_packets_again_soon_after_the_heal(tmp
         node += ["--set", s]
     with Internet(prefix) as net:
         hosts = {name: net.host(name) for name in "abc"}
-        a = procs(Proc(hosts["a"].cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / "a"),
-                                       *node]), tmp_path / "a"))
+        a = procs(NodeProcess(hosts["a"].cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / "a"),
+                                              *node]), tmp_path / "a"))
         addr = a.address()
-        nodes = {"a": a, **{n: procs(Proc(hosts[n].cmd([sys.executable, "-m", "swarm_node", "join", "--out",
-                                                        str(tmp_path / n), "--peers", addr, *node]), tmp_path / n))
+        nodes = {"a": a, **{n: procs(NodeProcess(hosts[n].cmd([sys.executable, "-m", "swarm_node", "join", "--out",
+                                                               str(tmp_path / n), "--peers", addr, *node]), tmp_path / n))
                             for n in "bc"}}
         c = nodes["c"]
         c.wait_rows(lambda rows: sum(r.get("swarm/packets_accepted", 0) > 0 for r in rows) >= 3, 240,

@@ -1,7 +1,7 @@
 """Reachability and NAT traversal (swarm_node/net/reach.py).
 
 Unit tests for the pure parts and the dial-back server, then real swarms in Linux network
-namespaces (tests/netns.py): a public relay and nodes behind their own masquerading NAT routers.
+namespaces (swarm_node/harness/netns.py): a public relay and nodes behind their own masquerading NAT routers.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from swarm_node.net.reach import (
     DialbackServer, announce_order, ask_dialback, observed_ip, p2p_options, status_line, tcp_ports, verdict, with_port,
 )
-from netns import Internet, leftover_namespaces, unavailable
-from procs import Proc
+from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
+from swarm_node.harness.process import NodeProcess
 
 TESTS = Path(__file__).parent
 
@@ -115,8 +115,8 @@ NODE = ["--model", "tiny-s", "--run-id", "nat", "--set", "threads=1", "--set", "
 
 
 def _relay(net: Internet, procs, tmp: Path, relay_host) -> str:
-    relay = procs(Proc(relay_host.cmd([sys.executable, "-m", "swarm_node", "relay", "--port", "4001", "--public-ip",
-                                       relay_host.ip, "--run-id", "nat", "--out", str(tmp / "relay")]), tmp / "relay"))
+    relay = procs(NodeProcess(relay_host.cmd([sys.executable, "-m", "swarm_node", "relay", "--port", "4001", "--public-ip",
+                                              relay_host.ip, "--run-id", "nat", "--out", str(tmp / "relay")]), tmp / "relay"))
     return relay.address()
 
 
@@ -132,9 +132,9 @@ def test_two_nodes_behind_nat_train_on_each_others_groups_through_a_relay(tmp_pa
         net.partition([a_host], [b_host])  # no hole punching: every packet crosses the relay
         addr = _relay(net, procs, tmp_path, public)
         rounds = 20
-        nodes = {name: procs(Proc(host.cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / name),
-                                            "--peers", addr, "--rounds", str(rounds), *NODE,
-                                            "--set", f"train.seed={i}"]), tmp_path / name))
+        nodes = {name: procs(NodeProcess(host.cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / name),
+                                                   "--peers", addr, "--rounds", str(rounds), *NODE,
+                                                   "--set", f"train.seed={i}"]), tmp_path / name))
                  for i, (name, host) in enumerate((("a", a_host), ("b", b_host)))}
         for node in nodes.values():
             node.status(lambda s: s["round"] >= 1, timeout=240)
@@ -158,10 +158,10 @@ def test_two_nodes_behind_nat_train_on_each_others_groups_through_a_relay(tmp_pa
             assert n == rounds + 1 and accepted >= rounds // 2 and used >= rounds // 2, (name, results)
 
         # the same without relays: each is told it is unreachable, and no packet crosses
-        off = {name: procs(Proc(host.cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / f"off-{name}"),
-                                          "--peers", addr, "--rounds", "3", "--no-relay", *NODE,
-                                          "--set", "swarm.deadline_s=8", "--set", "swarm.linger_s=2"]),
-                                tmp_path / f"off-{name}"))
+        off = {name: procs(NodeProcess(host.cmd([sys.executable, "-m", "swarm_node", "join", "--out", str(tmp_path / f"off-{name}"),
+                                                 "--peers", addr, "--rounds", "3", "--no-relay", *NODE,
+                                                 "--set", "swarm.deadline_s=8", "--set", "swarm.linger_s=2"]),
+                                       tmp_path / f"off-{name}"))
                for name, host in (("a", a_host), ("b", b_host))}
         for node in off.values():
             assert node.wait(300) == 0, node.text()
@@ -187,9 +187,9 @@ def test_a_packet_over_one_mib_crosses_the_relay(tmp_path, procs):
         net.partition([a_host], [b_host])  # no hole punching: every byte crosses the relay
         addr = _relay(net, procs, tmp_path, public)
         script = [sys.executable, str(TESTS / "nat_peer.py"), "--peers", addr, "--run-id", "nat"]
-        offer = procs(Proc(a_host.cmd([*script, "--offer-bytes", str(3 << 20), "--seconds", "120"])))
+        offer = procs(NodeProcess(a_host.cmd([*script, "--offer-bytes", str(3 << 20), "--seconds", "120"])))
         digest = offer.wait_line("OFFERED", 120).split()[1]
-        fetch = procs(Proc(b_host.cmd([*script, "--fetch", "--seconds", "90"])))
+        fetch = procs(NodeProcess(b_host.cmd([*script, "--fetch", "--seconds", "90"])))
         assert fetch.wait(150) == 0, fetch.text()
         got = json.loads(fetch.wait_line("FETCHED").split(" ", 1)[1])
         print(f"\n{got}")

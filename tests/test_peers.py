@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from procs import Proc
+from swarm_node.harness.process import NodeProcess
 
 from swarm_node.commands.peers import render
 
@@ -27,11 +27,11 @@ def test_peers_lists_a_running_swarm(tmp_path, procs):
               "--set", "rollout.max_new_tokens=8", "--set", "task.eval_limit=4", "--set", "train.eval_every=0",
               "--set", "train.checkpoint_every=0", "--set", "train.warmstart_steps=0", "--set", "rollout.prompts_per_round=2", "--set", "swarm.deadline_s=5",
               "--set", "swarm.linger_s=0"]
-    first = procs(Proc.join(["--model", "tiny-s", *common], tmp_path / "a"))
+    first = procs(NodeProcess.join(["--model", "tiny-s", *common], tmp_path / "a"))
     address = first.address()
-    second = procs(Proc.join(["--model", "tiny-m", "--peers", address, *common], tmp_path / "b"))
+    second = procs(NodeProcess.join(["--model", "tiny-m", "--peers", address, *common], tmp_path / "b"))
     second.status(lambda s: s["round"] >= 1, timeout=240)
-    assert first.proc.poll() is None and second.proc.poll() is None
+    assert first.popen.poll() is None and second.popen.poll() is None
     out = subprocess.run([sys.executable, "-m", "swarm_node", "peers", "--peers", address, "--run-id", "census",
                           "--wait", "60", "--json", "--verbose", "--set", "swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]"],
                          capture_output=True, text=True, timeout=180)

@@ -3,7 +3,7 @@ processes on 127.0.0.1.
 
 Victim V and honest peer H are `swarm-node join` nodes at the project's defaults for `tiny-s`
 (16 prompts a round, lr 1e-4, G = 12) from the demo's 800-step warm start, 100 rounds. The
-attacker (bench/poison_attacker.py --kind junk, issue 26) serves V packets that pass every
+attacker (swarm_node/harness/poisoner.py --kind junk, issue 26) serves V packets that pass every
 admission check: real train prompts, exactly G completions, none too long, log-probs of the public
 warm start. Per group, 6 correct completions with junk and a newline before the answer line
 (reward 1) and 6 wrong ones that are the right answer line followed by junk (reward 0); it offers
@@ -22,46 +22,34 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from procs import Proc
+from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args
+from swarm_node.harness.process import NodeProcess
+from swarm_node.harness.warmstart import public_warm_start
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 100
 # The arms run: peer_negative_weight with peer_plausibility_margin at its default (1.0), or "paper" (the
 # paper's F-TIS for every peer: weight 1, no plausibility check). CI runs the default arm only; its
 # figures for "paper" are in docs/RELIABILITY.md. SWARM_NODE_POISON_ARMS=paper,0 runs both.
 ARMS = os.environ.get("SWARM_NODE_POISON_ARMS", "0").split(",")
-NODE = ["--model", "tiny-s", "--task", "arith", "--rounds", str(ROUNDS), "--set", "train.warmstart_steps=800",
-        "--set", "task.eval_limit=200", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
-        "--set", "swarm.deadline_s=20", "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=10",
-        "--set", "swarm.alone_wait_s=null"]
-
-
-def public_warm_start() -> str:
-    """The warm start every tiny-s node of this recipe shares (the attacker's copy of V's round 0)."""
-    from swarm_node.config import load_config
-    from swarm_node.tasks import load_task
-    from swarm_node.train.warmstart import warmstarted_model
-
-    cfg = load_config(None, ["model.name=tiny-s", "task.name=arith", "train.warmstart_steps=800", "threads=1"])
-    return warmstarted_model(cfg, load_task("arith", None, **cfg.task.options))
+NODE = victim_args(ROUNDS)
 
 
 def attacked_swarm(tmp: Path, procs, arm: str) -> tuple[list[dict], list[dict]]:
     """(V's rows, H's rows) of one run with the attacker serving V, in `arm` (see ARMS)."""
-    run, model = f"poison-{arm}", public_warm_start()  # cached first: the nodes reuse it
+    run, model = f"poison-{arm}", public_warm_start(VICTIM_WARMSTART_STEPS)  # cached first: the nodes reuse it
     loss = (["--set", "loss.peer_negative_weight=1", "--set", "loss.peer_plausibility_margin=null"] if arm == "paper"
             else ["--set", f"loss.peer_negative_weight={arm}"]) + ["--run-id", run]
-    v = procs(Proc.join([*NODE, *loss, "--set", "train.seed=0"], tmp / "victim"))
-    h = procs(Proc.join([*NODE, *loss, "--set", "train.seed=1", "--peers", v.address()], tmp / "honest"))
-    evil = procs(Proc([sys.executable, str(ROOT / "bench" / "poison_attacker.py"), "--kind", "junk",
-                       "--peers", v.address(), "--run-id", run, "--model", model,
-                       "--groups", "16", "--seconds", "900", "--summary", str(tmp / "attacker.json")]))
+    v = procs(NodeProcess.join([*NODE, *loss, "--set", "train.seed=0"], tmp / "victim"))
+    h = procs(NodeProcess.join([*NODE, *loss, "--set", "train.seed=1", "--peers", v.address()], tmp / "honest"))
+    evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", "junk",
+                              "--peers", v.address(), "--run-id", run, "--model", model,
+                              "--groups", "16", "--seconds", "900", "--summary", str(tmp / "attacker.json")]))
     evil.wait_line("ATTACKER", 180)
     for node in (v, h):
         assert node.wait(900) == 0, node.text()
-    evil.proc.terminate()
+    evil.popen.terminate()
     assert evil.wait(60) == 0, evil.text()
     offered = json.loads((tmp / "attacker.json").read_text())["rounds"]
     assert len(offered) >= ROUNDS, evil.text()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import Proc
+from swarm_node.harness.process import NodeProcess
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,8 +23,8 @@ def probe(addr: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_probe_passes_our_node_and_reports_each_failure_of_a_broken_one(procs):
-    good = procs(Proc([sys.executable, str(HERE / "probe_target.py")]))
-    bad = procs(Proc([sys.executable, str(HERE / "probe_target.py"), "--broken"]))
+    good = procs(NodeProcess([sys.executable, str(HERE / "probe_target.py")]))
+    bad = procs(NodeProcess([sys.executable, str(HERE / "probe_target.py"), "--broken"]))
     good_addr = good.wait_line("ADDR", timeout=60).split()[-1]
     bad_addr = bad.wait_line("ADDR", timeout=60).split()[-1]
 

@@ -2,7 +2,7 @@
 
 docs/RELIABILITY.md is the table of every case, what was tried and what happened; each row names
 a test here or in tests/test_fuzz.py. Fast tests (unit level, in process) come first; the slow
-ones start real `swarm-node join` processes and a hostile peer process (tests/adversary.py) on
+ones start real `swarm-node join` processes and a hostile peer process (swarm_node/harness/adversary.py) on
 127.0.0.1, SIGSTOP/SIGKILL them, and fill disks.
 """
 
@@ -42,9 +42,9 @@ from swarm_node.net.fetch import MISMATCH, OVERSIZE, TIMEOUT
 from swarm_node.net import Collected, PeerInfo, Received
 from swarm_node.wire.codec import digest as packet_digest
 
-from procs import Proc
+from swarm_node.harness.process import NodeProcess
+from swarm_node.harness.warmstart import public_warm_start
 
-TESTS = Path(__file__).resolve().parent
 ME, HONEST, EVIL = "QmMe", "QmHonest", "QmEvil"
 
 
@@ -462,7 +462,8 @@ def _rounds(rows: list[dict]) -> list[int]:
 
 GROUP_SIZE = 12  # the run's (default) group size: the adversary's groups must match it to be admitted
 ROUNDS = 30  # enough for every one of the adversary's 12 attack kinds to reach both honest nodes
-ARITH = "{digits: 2, second_digits: 1}"
+ARITH_OPTIONS = {"digits": 2, "second_digits": 1}
+ARITH = json.dumps(ARITH_OPTIONS)
 LEARN = ["--model", "tiny-s", "--set", f"task.options={ARITH}", "--set", "train.warmstart_steps=600",
          "--set", "rollout.prompts_per_round=4", "--set", "rollout.max_new_tokens=10", "--set", "train.lr=3e-5",
          "--set", "train.micro_batch=48", "--set", "task.eval_limit=200", "--set", "train.eval_every=0",
@@ -480,31 +481,24 @@ ATTACKS = {
 }
 
 
-def _warm_start() -> str:
-    from swarm_node.tasks import load_task
-    from swarm_node.train.warmstart import warmstarted_model
-
-    cfg = load_config(None, ["model.name=tiny-s", f"task.options={ARITH}", "train.warmstart_steps=600", "threads=1"])
-    torch.set_num_threads(1)
-    return warmstarted_model(cfg, load_task("arith", None, digits=2, second_digits=1))  # cached for the children
-
-
 def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[list[dict]], dict]:
     """Two honest nodes (+ the adversary); returns each honest node's rows and the adversary's summary."""
     min_peers = ["--set", "swarm.min_peers=1", "--run-id", run_id]
-    a = procs(Proc.join([*LEARN, *min_peers], tmp / "a"))
+    a = procs(NodeProcess.join([*LEARN, *min_peers], tmp / "a"))
     peers = ["--peers", a.address()]
-    b = procs(Proc.join([*LEARN, *min_peers, *peers, "--set", "train.seed=1"], tmp / "b"))
+    b = procs(NodeProcess.join([*LEARN, *min_peers, *peers, "--set", "train.seed=1"], tmp / "b"))
     summary: dict = {}
     if adversary:
-        evil = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--peers", peers[1], "--run-id", run_id,
-                           "--model", _warm_start(), "--group-size", str(GROUP_SIZE), "--task-options", json.dumps({"digits": 2, "second_digits": 1}),
-                           "--seconds", "400", "--summary", str(tmp / "adversary.json")]))
+        model = public_warm_start(600, ARITH_OPTIONS)  # the adversary's copy of the nodes' round 0
+        evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--peers", peers[1],
+                                  "--run-id", run_id, "--model", model, "--group-size", str(GROUP_SIZE),
+                                  "--task-options", json.dumps(ARITH_OPTIONS),
+                                  "--seconds", "400", "--summary", str(tmp / "adversary.json")]))
         evil.wait_line("ADVERSARY", 120)
     for node in (a, b):
         assert node.wait(400) == 0, node.text()
     if adversary:
-        evil.proc.terminate()
+        evil.popen.terminate()
         assert evil.wait(60) == 0, evil.text()
         summary = json.loads((tmp / "adversary.json").read_text())
     return [a.rows(), b.rows()], summary
@@ -514,7 +508,7 @@ def _swarm_run(tmp: Path, procs, run_id: str, adversary: bool) -> tuple[list[lis
 def test_malicious_peer_is_contained_and_its_effect_on_accuracy_is_bounded(tmp_path, procs):
     """(a)-(e) as a real hostile process: honest nodes keep training, every attack is counted by
     reason, and held-out accuracy with the attacker is compared with the same swarm without it."""
-    _warm_start()
+    public_warm_start(600, ARITH_OPTIONS)  # cached first: every node finds it
     results = {}
     for name, adversary in (("baseline", False), ("attacked", True)):
         honest, summary = _swarm_run(tmp_path / name, procs, f"rel-{name}", adversary)
@@ -570,24 +564,24 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
     """B stalls (SIGSTOP), then is killed with SIGKILL mid-round, then restarts with its identity and
     --resume: A finishes every round within its deadline throughout, and takes B's packets again."""
     deadline = 4.0
-    a = procs(Proc.join([*FAULTS, "--identity", str(tmp_path / "a.key"), "--rounds", "200"], tmp_path / "a"))
+    a = procs(NodeProcess.join([*FAULTS, "--identity", str(tmp_path / "a.key"), "--rounds", "200"], tmp_path / "a"))
     b_args = [*FAULTS, "--identity", str(tmp_path / "b.key"), "--peers", a.address(), "--set", "train.seed=1"]
-    b = procs(Proc.join([*b_args, "--rounds", "200"], tmp_path / "b"))
+    b = procs(NodeProcess.join([*b_args, "--rounds", "200"], tmp_path / "b"))
     b_id = b.address().rsplit("/p2p/", 1)[1]
     b.wait_rows(lambda rows: len(rows) >= 4, 120, "B's round 3")
 
     # ---- stall: B's node process stops (its p2pd still accepts connections and streams)
-    os.kill(b.proc.pid, signal.SIGSTOP)
+    os.kill(b.popen.pid, signal.SIGSTOP)
     n = len(a.rows())
     a.wait_rows(lambda rows: len(rows) >= n + 2, 120, "A's rounds while B stalls")
     stalled = a.rows()[n:]
-    os.kill(b.proc.pid, signal.SIGCONT)
+    os.kill(b.popen.pid, signal.SIGCONT)
 
     # ---- kill -9 in the middle of a round (B's rounds take ~0.2-1 s)
     b.wait_rows(lambda rows: len(rows) >= 7, 120, "B's round 6")
     time.sleep(random.Random(0).uniform(0.05, 0.3))
-    os.killpg(b.proc.pid, signal.SIGKILL)
-    b.proc.wait(10)
+    os.killpg(b.popen.pid, signal.SIGKILL)
+    b.popen.wait(10)
     killed_after = max(_rounds(b.rows()))
     checkpoint = int((tmp_path / "b" / "checkpoints" / "latest").read_text().split("-")[1])
     n = len(a.rows())
@@ -597,7 +591,7 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
     # ---- restart: same identity, --resume, and enough rounds left to exchange with A however far B got
     n_restart = len(a.rows())
     last = checkpoint + 6
-    b2 = procs(Proc.join([*b_args, "--rounds", str(last), "--resume"], tmp_path / "b"))
+    b2 = procs(NodeProcess.join([*b_args, "--rounds", str(last), "--resume"], tmp_path / "b"))
     assert b2.address().rsplit("/p2p/", 1)[1] == b_id  # same peer id
     assert b2.wait(240) == 0, b2.text()
     resumed = b2.wait_line("resumed from")
@@ -617,9 +611,16 @@ def test_stall_kill_9_and_restart_with_resume(tmp_path, procs):
     assert any(r.get("swarm/packets_accepted", 0) > 0 for r in rows_b[checkpoint + 2:])  # and B takes A's
 
 
+def _staller(procs, peer: str, run_id: str, seconds: int) -> str:
+    """A real staller (adversary.py --mode stall: 6 offers, never answers a fetch) joined through `peer`; its peer id."""
+    staller = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "stall", "--offers", "6",
+                                 "--peers", peer, "--run-id", run_id, "--seconds", str(seconds)]))
+    return staller.wait_line("ADVERSARY", 120).split()[1]
+
+
 @pytest.mark.slow
 def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
-    """A real peer process that accepts every fetch stream and never answers (tests/adversary.py
+    """A real peer process that accepts every fetch stream and never answers (swarm_node/harness/adversary.py
     --mode stall, 6 offers): one fetch costs the fetch timeout, it never delays an honest peer's
     packet, and a round that waits for it ends at the deadline."""
     from swarm_node.config import SwarmConfig
@@ -631,9 +632,7 @@ def test_a_stalled_peer_process_costs_at_most_the_fetch_timeout(procs):
     fetcher = None
     try:
         honest.start()
-        staller = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--mode", "stall", "--offers", "6",
-                              "--peers", honest.join_addrs()[0], "--run-id", "stall", "--seconds", "120"]))
-        stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
+        stall_id = _staller(procs, honest.join_addrs()[0], "stall", 120)
         fetcher = HivemindTransport(SwarmConfig(run_id="stall", host_maddrs=local, peers=honest.join_addrs()[:1],
                                                 fetch_timeout_s=timeout), "m", "tok")
         fetcher.start()
@@ -687,9 +686,7 @@ def test_a_staller_does_not_hide_an_honest_packet_published_during_the_wait(proc
     fetcher = None
     try:
         honest.start()
-        staller = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--mode", "stall", "--offers", "6",
-                              "--peers", honest.join_addrs()[0], "--run-id", "stall-late", "--seconds", "150"]))
-        stall_id = staller.wait_line("ADVERSARY", 120).split()[1]
+        stall_id = _staller(procs, honest.join_addrs()[0], "stall-late", 150)
         fetcher = _hivemind(run_id="stall-late", peers=honest.join_addrs()[:1], fetch_timeout_s=timeout)
         fetcher.start()
         deadline = time.monotonic() + 60
@@ -744,19 +741,19 @@ def test_ten_thousand_held_open_streams_leave_fds_and_logs_bounded(tmp_path, pro
     (2,000 held at once, never sending a request) while the node runs with a 1,024 open-files limit.
     Streams beyond 4 per peer are answered busy at once, so the node's fds, its p2pd's, and its log
     stay bounded, and it keeps training. (Before: 7,949 fds and 48 MB of node.log in 90 s.)"""
-    node = procs(Proc([sys.executable, "-c", LIMITED_JOIN, "join", "--out", str(tmp_path / "node"),
-                       "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--run-id", "streams", "--rounds", "400", *VICTIM],
-                      tmp_path / "node"))
+    node = procs(NodeProcess([sys.executable, "-c", LIMITED_JOIN, "join", "--out", str(tmp_path / "node"),
+                              "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--run-id", "streams", "--rounds", "400", *VICTIM],
+                             tmp_path / "node"))
     address = node.address()
     node.wait_rows(lambda rows: len(rows) >= 2, 180, "the node's first rounds")
     log = tmp_path / "node" / "node.log"
     log_before, out_before, rounds_before = log.stat().st_size, len(node.text(10**9)), len(node.rows())
-    base = _fds_and_memory(node.proc.pid)
-    attacker = procs(Proc([sys.executable, str(TESTS / "adversary.py"), "--mode", "streams", "--streams", "10000",
-                           "--concurrency", "2000", "--peers", address, "--run-id", "streams", "--seconds", "120"]))
+    base = _fds_and_memory(node.popen.pid)
+    attacker = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", "--mode", "streams", "--streams", "10000",
+                                  "--concurrency", "2000", "--peers", address, "--run-id", "streams", "--seconds", "120"]))
     peak = list(base)
-    while attacker.proc.poll() is None:
-        peak = [max(a, b) for a, b in zip(peak, _fds_and_memory(node.proc.pid))]
+    while attacker.popen.poll() is None:
+        peak = [max(a, b) for a, b in zip(peak, _fds_and_memory(node.popen.pid))]
         time.sleep(0.2)
     assert attacker.wait(10) == 0, attacker.text()
     report = json.loads(attacker.wait_line("STREAMS").split(" ", 1)[1])
@@ -772,7 +769,7 @@ def test_ten_thousand_held_open_streams_leave_fds_and_logs_bounded(tmp_path, pro
     assert peak[0] < 600 and peak[1] < 1_000 and peak[2] < 512 * 2**20
     assert log_growth < 64 * 1024 and out_growth < 64 * 1024
     assert "Too many open files" not in log.read_text() + node.text(10**9)
-    assert rounds >= 1 and node.proc.poll() is None
+    assert rounds >= 1 and node.popen.poll() is None
 
 
 HOSTILE_VICTIM = [*VICTIM, "--set", "swarm.deadline_s=6", "--set", "rollout.prompts_per_round=2"]
@@ -780,13 +777,13 @@ HOSTILE_VICTIM = [*VICTIM, "--set", "swarm.deadline_s=6", "--set", "rollout.prom
 
 def _victim_and_hostile(tmp_path, procs, run_id: str, mode: list[str], rounds: int) -> tuple[list[dict], dict]:
     """A `swarm-node join` node and one hostile peer process (`adversary.py` with `mode`) for `rounds` rounds."""
-    node = procs(Proc.join([*HOSTILE_VICTIM, "--run-id", run_id, "--rounds", str(rounds)], tmp_path / "node"))
-    evil = procs(Proc([sys.executable, str(TESTS / "adversary.py"), *mode, "--peers", node.address(),
-                       "--run-id", run_id, "--seconds", "400", "--until-round", str(rounds),
-                       "--summary", str(tmp_path / "adversary.json")]))
+    node = procs(NodeProcess.join([*HOSTILE_VICTIM, "--run-id", run_id, "--rounds", str(rounds)], tmp_path / "node"))
+    evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.adversary", *mode, "--peers", node.address(),
+                              "--run-id", run_id, "--seconds", "400", "--until-round", str(rounds),
+                              "--summary", str(tmp_path / "adversary.json")]))
     evil.wait_line("ADVERSARY", 180)
     assert node.wait(400) == 0, node.text()
-    evil.proc.terminate()
+    evil.popen.terminate()
     evil.wait(60)
     return node.rows(), json.loads((tmp_path / "adversary.json").read_text())
 

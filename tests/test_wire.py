@@ -1,4 +1,4 @@
-"""The userspace netem (tests/wire.py) that tests/netns.py puts on a host's link: the delay it adds is
+"""The userspace netem (harness/netem.py) that harness/netns.py puts on a host's link: the delay it adds is
 measured on the wire, frames keep their order under jitter, and TCP crosses it intact at full size."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from netns import Internet, measure_link, unavailable
+from swarm_node.harness.netns import Internet, measure_link, unavailable
 
 NETNS = unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(NETNS is not None, reason=f"network namespaces unavailable: {NETNS}")]

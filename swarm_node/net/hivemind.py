@@ -96,8 +96,6 @@ class HivemindTransport:
     `Delivery` memory of what was delivered, taken, counted and distrusted) is read and written on
     the transport's event-loop thread only: each public method hops onto it through `_run`, so no
     lock guards them. `stats()` copies counters whose keys never change, safe from any thread.
-    A subclass may announce and serve other packets by overriding `_offered` and `_lookup`
-    (tests/adversary.py does).
 
     `discovery`: "push" (v2) or "dht-key" (v1); default `cfg.discovery` if the config has it, else
     "push". `mesh_k`: packets the node wants per round, which sets its neighbor count
@@ -171,7 +169,7 @@ class HivemindTransport:
         self._p2pd_pid = p2pd_pid(self._p2p)
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
-        self._server = PacketServer(self.cfg.run_id, self._lookup, self._stats, rates=self._limiter)
+        self._server = PacketServer(self.cfg.run_id, self._offers.get, self._stats, rates=self._limiter)
         for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
             await self._p2p.add_binary_stream_handler(
                 proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
@@ -387,17 +385,9 @@ class HivemindTransport:
         return self._run(coro, timeout)
 
     # ---- discovery ----------------------------------------------------------------------------------
-    def _offered(self) -> list[tuple[int, str, int]]:
-        """(round, digest, size) of the packets our record announces."""
-        return self._offers.announced()
-
-    def _lookup(self, digest: str) -> bytes | None:
-        """The bytes we serve for `digest` (the packet server asks, on the loop thread)."""
-        return self._offers.get(digest)
-
     async def _astore_record(self) -> None:
         record = make_record(self._peer_id, self.model_id, self.tokenizer, self.protocol, self._round,
-                             self._policy_version, self._offered(), time.time())
+                             self._policy_version, self._offers.announced(), time.time())
         await self._directory.store(record, self.cfg.record_ttl_s)
 
     async def _apeers(self, timeout: float) -> list[PeerInfo]:
@@ -408,7 +398,7 @@ class HivemindTransport:
     def _own(self) -> dict:
         """What our announcement says (v2)."""
         return dict(model_id=self.model_id, tokenizer=self.tokenizer, round=self._round,
-                    policy_version=self._policy_version, offers=self._offered(), addrs=self._addrs,
+                    policy_version=self._policy_version, offers=self._offers.announced(), addrs=self._addrs,
                     produces=self.produces)
 
     def _connected(self) -> bool:

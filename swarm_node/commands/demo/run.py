@@ -3,10 +3,10 @@
     1. configs/demo/*.yaml        one file per node (the first one starts the swarm)
     2. warm start                 supervised steps on `arith` in worker processes, with progress
                                   bars; cached on disk, so a second run skips it (and says so)
-                                  (demo/warmstart_pool.py)
+                                  (harness/warmstart.py)
     3. swarm                      `swarm-node join` processes on 127.0.0.1: the first one's
                                   OUT/status.json gives its join address, the others join with
-                                  --peers (the normal join path) (demo/processes.py)
+                                  --peers (the normal join path) (harness/process.py)
     4. live view                  tails every node's metrics.jsonl and status.json (demo/live.py)
     5. results                    runs/<timestamp>/: per node metrics.jsonl, node.log, console.log,
                                   status.json; accuracy.png, training.png, summary.md/json,
@@ -31,11 +31,9 @@ from rich.console import Console
 from swarm_node.config import ConfigError, NodeConfig, load_config
 from swarm_node.errors import SwarmNodeError
 from swarm_node.commands.demo.live import LiveView, NodeView, summary_markdown, summary_table
-from swarm_node.harness.processes import (
-    CHILD_ENV, REPO, SIGNALS, DemoError, Interrupted, NodeProc, remember_descendants, start, stop_all_started,
-    stop_processes, tail, wait_until_up,
-)
-from swarm_node.harness.warmstart_pool import WarmStartError, warm_start
+from swarm_node.harness.process import CHILD_ENV, REPO, NodeFailed, NodeProcess, remember_descendants
+from swarm_node.harness.signals import SIGNALS, Interrupted, start, stop, stop_all_started
+from swarm_node.harness.warmstart import WarmStartError, warm_start
 
 LOCALHOST = "/ip4/127.0.0.1/tcp/0"
 QUICK = {"train.rounds": 3, "train.warmstart_steps": 20, "task.eval_limit": 20, "train.eval_every": 0}
@@ -44,6 +42,10 @@ KINDS = {  # run kind -> (command, loss variant override or None for the config'
     "swarm-nois": ("join", "nois"),
     "alone": ("train", "nois"),
 }
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on (a node failed, the swarm did not start); the message says why."""
 
 
 class NoNodeConfigsError(SwarmNodeError, FileNotFoundError):
@@ -120,13 +122,25 @@ def _model(spec: NodeSpec) -> str:
 
 
 # ---- one run kind: start the nodes, watch them until all are done ---------------------------------
-def _start_nodes(procs: list[NodeProc], views: list[NodeView], kind: str, run_id: str, commands,
-                 live: LiveView, console: Console, start_timeout: float) -> None:
+def wait_until_up(proc: NodeProcess, timeout: float, tick=lambda: None) -> dict:
+    """The node's status once its swarm is up (`join_addrs` known) and its model loaded (`params`
+    known); `tick()` runs while waiting."""
+    try:
+        return proc.status(lambda s: bool(s.get("join_addrs")) and s.get("params") is not None, timeout, tick=tick)
+    except NodeFailed as e:
+        if not e.exited:
+            raise DemoError(f"node {proc.name} did not start its swarm within {timeout:.0f} s; see {proc.log}") from None
+        raise DemoError(f"node {proc.name} exited (code {proc.popen.returncode}) before its swarm started; "
+                        f"last lines of {proc.log}:\n{proc.text(15)}") from None
+
+
+def _start_nodes(specs: list[NodeSpec], procs: list[NodeProcess], views: list[NodeView], kind: str, run_id: str,
+                 commands, live: LiveView, console: Console, start_timeout: float) -> None:
     """Start every node; in a swarm, the first one's join address (from its status.json) is the others' --peers."""
     command, variant = KINDS[kind]
     first_maddr = None
-    for i, (proc, view) in enumerate(zip(procs, views)):
-        proc.argv = node_argv(proc.spec, command, proc.out, run_id, variant, first_maddr)
+    for i, (spec, proc, view) in enumerate(zip(specs, procs, views)):
+        proc.argv = node_argv(spec, command, proc.out, run_id, variant, first_maddr)
         commands.write(shlex.join(["swarm-node", *proc.argv[3:]]) + "\n")
         start(proc)
         view.status = "starting"
@@ -136,7 +150,7 @@ def _start_nodes(procs: list[NodeProc], views: list[NodeView], kind: str, run_id
     commands.flush()
 
 
-def _watch(procs: list[NodeProc], views: list[NodeView], live: LiveView) -> None:
+def _watch(procs: list[NodeProcess], views: list[NodeView], live: LiveView) -> None:
     """Refresh the live view until every node exited 0; a node that fails fails the demo."""
     while True:
         remember_descendants(procs)
@@ -149,8 +163,8 @@ def _watch(procs: list[NodeProc], views: list[NodeView], live: LiveView) -> None
         failed = [p for p, v in zip(procs, views) if v.status == "failed"]
         if failed:
             p = failed[0]
-            raise DemoError(f"node {p.name} failed (exit code {p.popen.returncode}); last lines of "
-                            f"{p.out / 'console.log'}:\n{tail(p.out / 'console.log')}")
+            raise DemoError(f"node {p.name} failed (exit code {p.popen.returncode}); last lines of {p.log}:\n"
+                            f"{p.text(15)}")
         if all(v.status == "done" for v in views):
             return
         time.sleep(0.5)
@@ -161,7 +175,7 @@ def run_kind(specs: list[NodeSpec], kind: str, out: Path, run_id: str, console: 
     """Run every node once as `kind` (swarm-f-tis | swarm-nois | alone) with the live view."""
     command, variant = KINDS[kind]
     label = kind if out.name == kind else ""
-    procs = [NodeProc(s, out / s.name, []) for s in specs]
+    procs = [NodeProcess([], out / s.name) for s in specs]
     views = [NodeView(s.name, label, p.out, s.cfg.train.rounds, model=_model(s)) for s, p in zip(specs, procs)]
     what = "swarm on 127.0.0.1" if command == "join" else "each node alone (no peers)"
     title = f"swarm-node demo: {len(specs)} nodes, {what}, loss {variant or specs[0].cfg.loss.variant}"
@@ -169,7 +183,7 @@ def run_kind(specs: list[NodeSpec], kind: str, out: Path, run_id: str, console: 
     commands = open(out / "commands.txt", "a")
     try:
         with LiveView(console, views, title, caption) as live:
-            _start_nodes(procs, views, kind, run_id, commands, live, console, start_timeout)
+            _start_nodes(specs, procs, views, kind, run_id, commands, live, console, start_timeout)
             _watch(procs, views, live)
     except BaseException:
         for v in views:
@@ -177,7 +191,7 @@ def run_kind(specs: list[NodeSpec], kind: str, out: Path, run_id: str, console: 
                 v.status = "stopped"
         raise
     finally:
-        stop_processes(procs)
+        stop(procs)
         commands.close()
     return views
 

@@ -1,6 +1,7 @@
-"""The poisoning attacker of issue 18 (point 1), as a real swarm peer process for bench/poisoning.py.
+"""The poisoning attacker of issue 18 (point 1), as a real swarm peer process for bench/poisoning.py,
+bench/redteam_poisoning.py and tests/test_poisoning.py.
 
-One peer (not a Sybil) that joins the run through `HivemindTransport` and offers, every round of
+One peer (not a Sybil) that joins the run through `hostile.HostileTransport` and offers, every round of
 the honest nodes, one packet that passes every admission check: real train prompts of the task,
 exactly G completions per group, no completion longer than the run's limit, finite log-probs <= 0.
 Per group:
@@ -16,7 +17,7 @@ It needs the victim's log-probs: it loads the same public warm-started model (sa
 recipe, so the same weights at round 0) and computes them itself. It never trains, so its estimate
 goes stale as the victim learns; this is the attack as the independent attacker ran it.
 
-    python bench/poison_attacker.py --peers MADDR --run-id RUN --model PATH --summary out.json
+    python -m swarm_node.harness.poisoner --peers MADDR --run-id RUN --model PATH --summary out.json
 
 It offers each round's packet --ahead (3) rounds before the honest peers reach it, so it is there
 when they collect. Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
@@ -25,17 +26,29 @@ when they collect. Bounded: exits after --seconds, 20 s after the honest peers l
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import random
-import signal
 import sys
 import time
 
 import numpy as np
 
+from swarm_node.config import SwarmConfig
+from swarm_node.harness.hostile import HostileTransport, PublicModel, Summary, honest_rounds, run_peer
+
 JUNK = "0123456789abcdefghijklmnopqrstuvwxyz +-="
+VICTIM_WARMSTART_STEPS = 800  # the demo's warm start: the public model of the victims below
+
+
+def victim_args(rounds: int) -> list[str]:
+    """`swarm-node join` arguments of the honest nodes tests/test_poisoning.py and
+    bench/redteam_poisoning.py attack: the project's defaults for tiny-s (16 prompts a round, lr 1e-4,
+    G = 12) from the demo's warm start, held-out n = 200, waiting for every peer from round 1."""
+    return ["--model", "tiny-s", "--task", "arith", "--rounds", str(rounds),
+            "--set", f"train.warmstart_steps={VICTIM_WARMSTART_STEPS}", "--set", "task.eval_limit=200",
+            "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0", "--set", "swarm.deadline_s=20",
+            "--set", "swarm.fetch_timeout_s=5", "--set", "swarm.linger_s=10", "--set", "swarm.alone_wait_s=null"]
+
 # The adaptive kinds (red team, against peer_negative_weight = 0 + peer_plausibility_margin = 1):
 #   needle  each positive is a correct completion with a short off-format prefix before the marker
 #           ("k#### 73", "7 #### 73", "x\n#### 73", ...). Among random candidates it keeps the LEAST
@@ -72,22 +85,12 @@ def divergence_delta(n_tokens: int, target: float, cap: float) -> float:
     return lo
 
 
-class Poisoner:
+class Poisoner(PublicModel):
     """Builds the poisoned packets from the task's train prompts and the public model."""
 
     def __init__(self, args, peer_id: str):
-        import torch
-
-        from swarm_node.train.policy import Policy
-        from swarm_node.wire.codec import tokenizer_fingerprint
-        from swarm_node.config import ModelConfig
-        from swarm_node.tasks import load_task
-
-        torch.set_num_threads(1)
-        self.args, self.peer_id = args, peer_id
-        self.policy = Policy.load(ModelConfig(name=args.model))
-        self.task = load_task("arith", None, **json.loads(args.task_options))
-        self.tokenizer = tokenizer_fingerprint(self.policy.tokenizer)
+        super().__init__(args.model, args.task_options, args.run_id, peer_id)
+        self.args = args
         self.max_tokens = args.max_new_tokens or self.task.max_new_tokens
         self.rng = random.Random(args.seed)
 
@@ -245,28 +248,18 @@ class Poisoner:
                                     "stop", 0.0))
         return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
 
-    def packet(self, r: int) -> bytes:
+    def poisoned(self, r: int) -> bytes:
+        """The encoded packet of round `r`: one poisoned group per train prompt of the round."""
         import torch
 
-        from swarm_node.wire.codec import Packet, encode
         from swarm_node.train.rollout import round_examples
+        from swarm_node.wire.codec import encode
 
         self.round = r
         examples = round_examples(self.task, r, self.args.groups, f"poison/{self.args.seed}")
         with torch.no_grad():
             groups = [self.group(ex) for ex in examples]
-        return encode(Packet(run_id=self.args.run_id, sender=self.peer_id, model_id=self.policy.model_id,
-                             tokenizer=self.tokenizer, policy_version=r, round=r, mode="vertical", groups=groups))
-
-
-def honest_round(swarm, follow: str = "max") -> tuple[int, int]:
-    """(newest round announced by another peer, number of other peers). follow="min": the OLDEST round
-    announced (with several attacker ids, each announces rounds ahead and following the newest makes
-    them ratchet each other away from the honest nodes' window)."""
-    peers = [p for p in swarm.peers() if p.peer_id != swarm.peer_id]
-    if follow == "min":  # peers that announced no round yet (another attacker starting up) do not count
-        return min((p.round for p in peers if p.round > 0), default=0), len(peers)
-    return max((p.round for p in peers), default=0), len(peers)
+        return encode(self.packet(r, groups))
 
 
 def main() -> int:
@@ -297,50 +290,34 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-
-    from swarm_node.config import SwarmConfig
-    from swarm_node.net.hivemind import HivemindTransport
-
     cfg = SwarmConfig(run_id=args.run_id, peers=args.peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                       max_offers=4, fetch_timeout_s=5.0, bootstrap_retry_s=2.0)
-    summary: dict = {"rounds": [], "bytes": 0}
-    swarm = None
-    try:
-        swarm = HivemindTransport(cfg, model_id="unset", tokenizer="unset")
-        swarm.start()
-        poisoner = Poisoner(args, swarm.peer_id)
-        swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
-        print(f"ATTACKER {swarm.peer_id}", flush=True)
+    return run_peer(cfg, lambda swarm, summary: poison(swarm, summary, args), args.summary)
+
+
+def poison(swarm: HostileTransport, summary: Summary, args) -> int:
+    """Offer every round's poisoned packet --ahead rounds before the honest peers reach it."""
+    summary.update(rounds=[], bytes=0)
+    poisoner = Poisoner(args, swarm.peer_id)
+    swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
+    print(f"ATTACKER {swarm.peer_id}", flush=True)
+    if args.kind in ADAPTIVE:
+        summary["floor_estimate"] = poisoner.floor_estimate()
+        print(f"ATTACKER floor estimate {summary['floor_estimate']:.3f}", flush=True)
+    # with several attacker ids, each announces rounds ahead: following the newest round would make
+    # them ratchet each other away from the honest nodes' window, so the adaptive kinds follow the oldest
+    follow = min if args.kind in ADAPTIVE else max
+    offered = 0
+    for r, _ in honest_rounds(swarm, time.monotonic() + args.seconds, follow, poll_s=0.05):
+        for target in range(max(r, offered + 1), r + args.ahead + 1):  # ready before they are asked for
+            data = poisoner.poisoned(target)
+            swarm.offer(target, target, data)
+            summary["rounds"].append(target)
+            summary["bytes"] += len(data)
+            offered = target
+        print(f"round {r}: offered up to {offered}", flush=True)
         if args.kind in ADAPTIVE:
-            summary["floor_estimate"] = poisoner.floor_estimate()
-            print(f"ATTACKER floor estimate {summary['floor_estimate']:.3f}", flush=True)
-        t_end, seen, offered, seen_at = time.monotonic() + args.seconds, 0, 0, time.monotonic()
-        while time.monotonic() < t_end:
-            r, n = honest_round(swarm, "min" if args.kind in ADAPTIVE else "max")
-            seen_at = time.monotonic() if n else seen_at
-            if not n and time.monotonic() - seen_at > 20:
-                break
-            if r <= seen:
-                time.sleep(0.05)
-                continue
-            seen = r
-            for target in range(max(r, offered + 1), r + args.ahead + 1):  # ready before they are asked for
-                data = poisoner.packet(target)
-                swarm.offer(target, target, data)
-                summary["rounds"].append(target)
-                summary["bytes"] += len(data)
-                offered = target
-            print(f"round {r}: offered up to {offered}", flush=True)
-            if args.kind in ADAPTIVE:
-                summary["screen"] = poisoner.screen
-    finally:
-        if args.summary:
-            with open(args.summary + ".tmp", "w") as f:
-                json.dump(summary, f)
-            os.replace(args.summary + ".tmp", args.summary)
-        if swarm is not None:
-            swarm.close()
+            summary["screen"] = poisoner.screen
     return 0
 
 

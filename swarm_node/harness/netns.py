@@ -4,7 +4,7 @@
         relay = net.host("relay")           # a public host on it: 11.11.0.10
         a = net.nat_host("a")               # a host at 10.1.0.2 behind its own masquerading NAT router
         net.shape(a, loss_pct=1, rate_kbit=2000, delay_ms=50, jitter_ms=10)  # nftables loss, tc tbf,
-                                            # and a userspace netem (tests/wire.py) on the host's link
+                                            # and a userspace netem (netem.py) on the host's link
         net.partition([relay], [a])         # nftables drops between the two sides; net.heal() undoes it
         subprocess.Popen(a.cmd(["python", ...]))   # `ip netns exec` + the command
 
@@ -82,7 +82,7 @@ class Internet:
         self.namespaces: list[str] = []
         self.hosts: list[Host] = []
         self._public = self._nat = 0
-        self._netem: subprocess.Popen | None = None  # tests/wire.py in the bridge namespace, once a link is delayed
+        self._netem: subprocess.Popen | None = None  # netem.py in the bridge namespace, once a link is delayed
         self.bridge_ns = self._namespace("inet")
         _sh("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
         _sh("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")
@@ -149,7 +149,7 @@ class Internet:
     def shape(self, host: Host, loss_pct: float = 0, rate_kbit: int | None = None, delay_ms: float = 0,
               jitter_ms: float = 0, seed: int = 0) -> None:
         """Degrade the host's outgoing traffic: random loss (nftables `numgen`), a rate limit (tc tbf on
-        its link), latency with jitter (tests/wire.py on its way into the bridge, behind its NAT
+        its link), latency with jitter (netem.py on its way into the bridge, behind its NAT
         router if any: this kernel has no sch_netem)."""
         if loss_pct:
             rules = (f"table inet shape {{\n chain out {{\n type filter hook output priority 0\n"
@@ -162,25 +162,25 @@ class Internet:
             self._delay(host.port, delay_ms, jitter_ms, seed)
 
     def _delay(self, port: str, delay_ms: float, jitter_ms: float, seed: int) -> None:
-        """Put tests/wire.py between `port` and the bridge: a tap it makes takes the port's place."""
+        """Put netem.py between `port` and the bridge: a tap it makes takes the port's place."""
         if self._netem is None:
-            wire = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
+            wire = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netem.py")
             self._netem = subprocess.Popen(["ip", "netns", "exec", self.bridge_ns, sys.executable, wire],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         tap = f"t{port[1:]}"
         answer = self._ask(f"add {port} {tap} {delay_ms} {jitter_ms} {seed}")
         if answer != f"ok {tap}":
-            raise RuntimeError(f"tests/wire.py could not delay {port}: {answer or 'it exited'}")
+            raise RuntimeError(f"netem.py could not delay {port}: {answer or 'it exited'}")
         _sh("ip", "-n", self.bridge_ns, "link", "set", port, "nomaster")
         _sh("ip", "-n", self.bridge_ns, "link", "set", tap, "master", "br0")
         _sh("ip", "-n", self.bridge_ns, "link", "set", tap, "up")
 
     def netem_stats(self) -> dict:
-        """Frames tests/wire.py delayed and dropped, per bridge port ({} when no link is delayed)."""
+        """Frames netem.py delayed and dropped, per bridge port ({} when no link is delayed)."""
         return json.loads(self._ask("stats")) if self._netem is not None else {}
 
     def _ask(self, line: str) -> str:
-        """One control line to tests/wire.py, its one-line answer ("" if it exited)."""
+        """One control line to netem.py, its one-line answer ("" if it exited)."""
         self._netem.stdin.write(line + "\n")
         self._netem.stdin.flush()
         return self._netem.stdout.readline().strip()

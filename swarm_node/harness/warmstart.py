@@ -1,6 +1,9 @@
-"""The demo's warm starts, run before its nodes start: several at once, with progress bars.
+"""Warm starts, run before the nodes start, so their processes find the model cached and skip their own.
 
-Nodes whose warm-start recipes are equal (`swarm_node.train.warmstart.warmstart_path`: the cache
+`public_warm_start`: one recipe of a tiny preset on arith, the model every node of that recipe
+starts from; benchmarks and tests hand it to attackers as their copy of a victim's round 0.
+
+`warm_start`: the demo's, several at once with progress bars. Nodes whose warm-start recipes are equal (`swarm_node.train.warmstart.warmstart_path`: the cache
 directory of a recipe) share one supervised phase. Each runs in a `spawn`ed worker process (as
 many at once as there are CPUs) that reports every few steps through a queue; the result lands in
 warmstart.py's cache, where the node processes then find it and skip their own warm start.
@@ -9,6 +12,7 @@ warmstart.py's cache, where the node processes then find it and skip their own w
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import queue
@@ -22,6 +26,23 @@ from swarm_node.config import load_config
 
 REPORT_EVERY = 5  # steps between progress events from a worker
 PLAIN_EVERY_S = 15.0  # seconds between plain progress lines when the console is not a terminal
+
+
+def public_warm_start(steps: int, task_options: dict | None = None, model: str = "tiny-s") -> str:
+    """The path of `model` warm-started for `steps` supervised steps on arith (`task_options`), trained
+    on first use (on one torch thread, as a node of the recipe would) and cached (train.warmstart); a
+    node with the same recipe starts from the same weights."""
+    import torch
+
+    from swarm_node.tasks import load_task
+    from swarm_node.train.warmstart import warmstarted_model
+
+    sets = [f"model.name={model}", "task.name=arith", f"train.warmstart_steps={steps}", "threads=1"]
+    if task_options is not None:
+        sets.append(f"task.options={json.dumps(task_options)}")
+    cfg = load_config(None, sets)
+    torch.set_num_threads(cfg.threads)
+    return warmstarted_model(cfg, load_task("arith", None, **cfg.task.options))
 
 
 class WarmStartError(RuntimeError):
@@ -156,7 +177,7 @@ class WarmStartPool:
 
 def warm_start(specs: list, console: Console, env: dict[str, str], critical=contextlib.nullcontext) -> None:
     """Train (or find cached) the warm start of every demo node (`run.NodeSpec`), several at once,
-    with progress bars. `critical()` guards starting a worker (see processes._Signals)."""
+    with progress bars. `critical()` guards starting a worker (see signals.SIGNALS)."""
     jobs = group_by_recipe(specs)
     if not jobs:
         return

@@ -1,4 +1,4 @@
-"""A userspace netem: delays the frames hosts send into tests/netns.py's bridge, for kernels built
+"""A userspace netem: delays the frames hosts send into netns.py's bridge, for kernels built
 without sch_netem (this machine's `tc qdisc ... netem` says "Error: Specified qdisc kind is unknown.").
 
 Runs in the bridge namespace, started by `Internet.shape(host, delay_ms=...)`. For a delayed host,

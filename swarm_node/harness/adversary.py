@@ -1,6 +1,6 @@
-"""A hostile swarm peer, run as a real process by tests/test_reliability.py.
+"""A hostile swarm peer, run as a real process by tests/test_reliability.py and bench/chaos.py.
 
-It joins a run through `swarm_node.net.hivemind.HivemindTransport` (real libp2p, a valid signed DHT record) and
+It joins a run through `hostile.HostileTransport` (real libp2p, valid signed announcements) and
 speaks the real protocol, but everything it offers is crafted to hurt. Every round of the honest
 nodes (read from their records) it offers, in one record of up to 16 offers:
 
@@ -14,11 +14,11 @@ nodes (read from their records) it offers, in one record of up to 16 offers:
 
 Every served digest is counted, so the test can check that no digest is fetched twice by a peer.
 
-    python tests/adversary.py --peers MADDR --run-id RUN --model tiny-s --summary out.json
-    python tests/adversary.py --mode stall ...   # offers packets, never answers a fetch
-    python tests/adversary.py --mode echo ...    # re-signs the honest peers' own packets as its own
-    python tests/adversary.py --mode amplify --group-size 64 ...  # valid packets, 64 completions per group
-    python tests/adversary.py --mode streams --streams 10000 ...  # holds fetch streams open to --peers[0]
+    python -m swarm_node.harness.adversary --peers MADDR --run-id RUN --model tiny-s --summary out.json
+    ... --mode stall      # offers packets, never answers a fetch
+    ... --mode echo       # re-signs the honest peers' own packets as its own
+    ... --mode amplify --group-size 64    # valid packets, 64 completions per group
+    ... --mode streams --streams 10000    # holds fetch streams open to --peers[0]
 
 Bounded: it exits after --seconds, after the honest peers reach --until-round, 20 s after they
 all left, or on SIGTERM; the summary (--summary) is rewritten every round and at exit. It prints
@@ -31,16 +31,15 @@ import asyncio
 import copy
 import json
 import os
-import signal
 import sys
 import time
 from collections import Counter
 
 import numpy as np
 
-from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import SwarmConfig
-from swarm_node.net.hivemind import HivemindTransport
+from swarm_node.harness.hostile import HostileTransport, PublicModel, Summary, honest_rounds, run_peer
+from swarm_node.wire.codec import digest as packet_digest
 
 STALE_S = 45.0  # no honest round advanced in our view for this long: we were evicted, or they are done
 FLOOD = 8
@@ -61,40 +60,14 @@ KINDS = (
 )
 
 
-class HostileTransport(HivemindTransport):
-    """A transport whose record says whatever `self.fake_offers` says and whose server counts requests."""
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.fake_offers: list[tuple[int, str, int]] = []
-        self.table: dict[str, bytes] = {}
-        self.served: Counter = Counter()  # fetch requests per digest
-
-    def _lookup(self, digest: str) -> bytes | None:
-        self.served[digest] += 1
-        return self.table.get(digest)
-
-    def _offered(self) -> list[tuple[int, str, int]]:
-        return list(self.fake_offers)
-
-
-class Crafter:
+class Crafter(PublicModel):
     """Builds the packets: real groups from its own model, then tampered."""
 
     def __init__(self, args, peer_id: str):
-        import torch
+        from swarm_node.config import RolloutConfig
 
-        from swarm_node.train.policy import Policy
-        from swarm_node.wire.codec import tokenizer_fingerprint
-        from swarm_node.config import ModelConfig, RolloutConfig
-        from swarm_node.tasks import load_task
-
-        torch.set_num_threads(1)
-        self.policy = Policy.load(ModelConfig(name=args.model))
-        self.task = load_task("arith", None, **json.loads(args.task_options))
-        self.tokenizer = tokenizer_fingerprint(self.policy.tokenizer)
+        super().__init__(args.model, args.task_options, args.run_id, peer_id)
         self.rollout = RolloutConfig(group_size=args.group_size, prompts_per_round=2, max_new_tokens=args.max_new_tokens)
-        self.run_id, self.peer_id = args.run_id, peer_id
 
     def groups(self, r: int):
         from swarm_node.train.rollout import generate_groups, round_examples
@@ -102,13 +75,6 @@ class Crafter:
 
         examples = round_examples(self.task, r, self.rollout.prompts_per_round, "adversary")
         return generate_groups(HFSampler(self.policy), self.policy, self.task, examples, self.rollout, seed=1234 + r)
-
-    def packet(self, r: int, groups, **changes):
-        from swarm_node.wire.codec import Packet
-
-        fields = dict(run_id=self.run_id, sender=self.peer_id, model_id=self.policy.model_id, tokenizer=self.tokenizer,
-                      policy_version=r, round=r, mode="vertical", groups=groups)
-        return Packet(**{**fields, **changes})
 
     def attack(self, kind: str, r: int, honest: list[tuple[str, str]], fetch) -> bytes | None:
         """Bytes of this round's attack packet of `kind` (None if it cannot be built now)."""
@@ -193,56 +159,24 @@ def main() -> int:
     ap.add_argument("--until-round", type=int, default=10**9)
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: summary + clean shutdown
-
     cfg = SwarmConfig(run_id=args.run_id, peers=args.peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                       max_offers=16, fetch_timeout_s=5.0, bootstrap_retry_s=2.0)
-    swarm = HostileTransport(cfg, model_id="adversary", tokenizer="unset")
-    summary: dict = {"kinds": {}, "rounds": []}
     t_end = time.monotonic() + args.seconds
-
-    def save():
-        summary["served"] = dict(swarm.served)
-        summary["stats"] = swarm.stats()
-        if args.summary:
-            with open(args.summary + ".tmp", "w") as f:
-                json.dump(summary, f)
-            os.replace(args.summary + ".tmp", args.summary)
-
     modes = {"attack": attack, "stall": stall, "echo": echo, "amplify": amplify, "streams": streams}
-    try:
-        swarm.start()
-        return modes[args.mode](swarm, args, t_end, summary, save)
-    finally:
-        save()
-        swarm.close()
+
+    def run(swarm: HostileTransport, summary: Summary) -> int:
+        summary.update(kinds={}, rounds=[])
+        return modes[args.mode](swarm, args, t_end, summary)
+
+    return run_peer(cfg, run, args.summary, model_id="adversary")
 
 
-def honest_rounds(swarm: HostileTransport, args, t_end: float):
-    """Yield (round, honest peers) each time the honest peers reach a new round; ends at t_end, at
-    --until-round, 20 s after every honest peer left, or STALE_S after their rounds last advanced in
-    our view (the honest nodes evict and refuse a neighbour that delivers nothing they accept, so
-    what we last heard of them goes stale)."""
-    last, seen_peers_at, advanced_at = 0, time.monotonic(), time.monotonic()
-    while time.monotonic() < t_end:
-        peers = [p for p in swarm.peers() if p.model_id != "adversary"]
-        if peers:
-            seen_peers_at = time.monotonic()
-        elif time.monotonic() - seen_peers_at > 20:
-            return
-        if last >= 1 and time.monotonic() - advanced_at > STALE_S:
-            return
-        r = max((p.round for p in peers), default=0)
-        if r >= args.until_round:
-            return
-        if r <= last or r < 1:
-            time.sleep(0.1)
-            continue
-        last, advanced_at = r, time.monotonic()
-        yield r, peers
+def rounds_of(swarm: HostileTransport, args, t_end: float):
+    """The honest peers' rounds (hostile.honest_rounds), other adversaries left out, until --until-round."""
+    return honest_rounds(swarm, t_end, max, args.until_round, STALE_S, keep=lambda p: p.model_id != "adversary")
 
 
-def attack(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+def attack(swarm: HostileTransport, args, t_end: float, summary: Summary) -> int:
     """Every round: one attack packet (KINDS in turn), a flood, and lying offers (module docstring)."""
     crafter = Crafter(args, swarm.peer_id)
     crafter.last = crafter.groups(0)
@@ -250,10 +184,10 @@ def attack(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> 
     print(f"ADVERSARY {swarm.peer_id}", flush=True)
     kept: list[tuple[int, str, bytes]] = []  # previous attack packets, still offered
     index, tries, current = 0, 0, None
-    for r, peers in honest_rounds(swarm, args, t_end):
+    for r, peers in rounds_of(swarm, args, t_end):
         # next kind once the honest peers asked for the current one 4 times (a fetch cancelled because
         # another packet completed their round first is asked again) or after 3 rounds
-        if current is not None and (swarm.served[current] >= 4 or tries >= 3):
+        if current is not None and (swarm.shelf.served[current] >= 4 or tries >= 3):
             index, tries = index + 1, 0
         kind, tries = KINDS[index % len(KINDS)], tries + 1
         honest = [(p.peer_id, d) for p in peers for _, d, _ in sorted(p.offers, reverse=True)]
@@ -275,32 +209,31 @@ def attack(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> 
         offers += [(max(0, r - 6), packet_digest(stale), len(stale)), (r, packet_digest(b"huge %d" % r), 2**31),
                    (r + 1, packet_digest(small), 10), (r + 2, fake, 100)]
         table.update({packet_digest(stale): stale, packet_digest(small): small, fake: b"x" * 100})
-        swarm.table, swarm.fake_offers = table, offers[:16]
+        swarm.shelf.show(offers[:16], table)
         swarm.publish(r, r)
-        summary["rounds"].append({"round": r, "kind": kind, "offers": len(swarm.fake_offers)})
-        print(f"round {r}: {kind}, {len(swarm.fake_offers)} offers", flush=True)
-        save()
+        summary["rounds"].append({"round": r, "kind": kind, "offers": len(swarm.shelf.offers)})
+        print(f"round {r}: {kind}, {len(swarm.shelf.offers)} offers", flush=True)
+        summary.save()
     return 0
 
 
-def offer_each_round(swarm: HostileTransport, args, t_end: float, summary: dict, save, build) -> int:
+def offer_each_round(swarm: HostileTransport, args, t_end: float, summary: Summary, build) -> int:
     """Every round of the honest peers, offer the packets `build(round, peers)` returns as
     [(round, bytes)], keeping the newest 16 offers."""
     print(f"ADVERSARY {swarm.peer_id}", flush=True)
     kept: list[tuple[int, bytes]] = []
-    for r, peers in honest_rounds(swarm, args, t_end):
+    for r, peers in rounds_of(swarm, args, t_end):
         built = build(r, peers)
         kept = (built + kept)[:16]
-        swarm.table = {packet_digest(b): b for _, b in kept}
-        swarm.fake_offers = [(kr, packet_digest(b), len(b)) for kr, b in kept]
+        swarm.shelf.show([(kr, packet_digest(b), len(b)) for kr, b in kept], {packet_digest(b): b for _, b in kept})
         swarm.publish(r, r)
         summary["rounds"].append({"round": r, "offers": len(built)})
         print(f"round {r}: {len(built)} {args.mode} packets", flush=True)
-        save()
+        summary.save()
     return 0
 
 
-def echo(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+def echo(swarm: HostileTransport, args, t_end: float, summary: Summary) -> int:
     """The honest peers' own packets, re-signed: our id as sender, a new created_at, every reward
     claimed 1 (new bytes, so not de-duplicated; each passes every check but the echo check)."""
     from swarm_node.wire.codec import decode, encode
@@ -324,10 +257,10 @@ def echo(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> in
                 summary["kinds"].setdefault("echo", []).append(packet_digest(out[-1][1]))
         return out
 
-    return offer_each_round(swarm, args, t_end, summary, save, build)
+    return offer_each_round(swarm, args, t_end, summary, build)
 
 
-def amplify(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+def amplify(swarm: HostileTransport, args, t_end: float, summary: Summary) -> int:
     """Valid packets (real prompts, real completions of its model) whose groups hold --group-size
     completions (e.g. 64 where the run samples 4): compute amplification if a receiver trains on them."""
     from swarm_node.wire.codec import encode
@@ -340,22 +273,22 @@ def amplify(swarm: HostileTransport, args, t_end: float, summary: dict, save) ->
         summary["kinds"].setdefault("amplify", []).append(packet_digest(data))
         return [(r, data)]
 
-    return offer_each_round(swarm, args, t_end, summary, save, build)
+    return offer_each_round(swarm, args, t_end, summary, build)
 
 
-def stall(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+def stall(swarm: HostileTransport, args, t_end: float, summary: Summary) -> int:
     """Offer `--offers` packets for every round and accept every fetch stream without ever answering."""
     from swarm_node.net.fetch import StreamLimits
 
     async def hang(reader, writer):
-        swarm.served["stalled"] += 1
+        swarm.shelf.served["stalled"] += 1
         await asyncio.sleep(3600)
 
     swarm._server._respond = hang
     swarm._server.limits = StreamLimits(10**9, 10**9)  # a staller holds every stream it is given
     blobs = [os.urandom(1000) for _ in range(args.offers)]
-    swarm.table = {packet_digest(b): b for b in blobs}
-    swarm.fake_offers = [(1 + i % 3, packet_digest(b), len(b)) for i, b in enumerate(blobs)]
+    swarm.shelf.show([(1 + i % 3, packet_digest(b), len(b)) for i, b in enumerate(blobs)],
+                     {packet_digest(b): b for b in blobs})
     swarm.publish(1, 1)
     print(f"ADVERSARY {swarm.peer_id}", flush=True)
     while time.monotonic() < t_end:
@@ -363,7 +296,7 @@ def stall(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> i
     return 0
 
 
-def streams(swarm: HostileTransport, args, t_end: float, summary: dict, save) -> int:
+def streams(swarm: HostileTransport, args, t_end: float, summary: Summary) -> int:
     """Open --streams fetch streams to the peer of --peers[0], --concurrency at a time, and hold each
     open without sending a request until that peer closes it or time is up. Counts how each ended
     (busy: refused at once, closed: by the peer later, held: still open at the end) and how long."""

@@ -1,0 +1,142 @@
+"""What a hostile swarm peer is made of: the parts adversary.py (the tests' attacker) and poisoner.py
+(the benchmarks' poisoner) share. Both are real peers on real libp2p that speak the protocol.
+
+    HostileTransport   a HivemindTransport whose shelf announces any (round, digest, size) offers,
+                       sizes and digests that may lie, serves any bytes, and counts every request
+    PublicModel        the attacker's copy of the victim's round-0 model (the public warm start):
+                       policy, task, tokenizer fingerprint, and packets signed with our peer id
+    honest_rounds      follow the honest peers' rounds as they announce them, until they are gone
+    run_peer           start the transport, run an attack, keep its JSON summary (Summary), stop
+                       cleanly on SIGTERM
+
+None of this is used by a node: an honest node serves only what it offers (net/fetch.py `Offers`).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from typing import Callable, Iterator
+
+from swarm_node.config import SwarmConfig
+from swarm_node.fsutil import write_json_atomic
+from swarm_node.net import PeerInfo
+from swarm_node.net.fetch import Offers
+from swarm_node.net.hivemind import HivemindTransport
+
+GONE_S = 20.0  # no other peer seen for this long: they all left
+
+
+class Shelf(Offers):
+    """Offers as a hostile peer keeps them: after `show()` it announces exactly `offers` and serves
+    `table` (each may lie about the other); every request is counted per digest in `served`."""
+
+    def __init__(self, keep: int):
+        super().__init__(keep)
+        self.offers: list[tuple[int, str, int]] | None = None  # None: the honest offers (Offers.add)
+        self.table: dict[str, bytes] = {}
+        self.served: Counter = Counter()
+
+    def show(self, offers: list[tuple[int, str, int]], table: dict[str, bytes]) -> None:
+        self.offers, self.table = list(offers), dict(table)
+
+    def get(self, digest: str) -> bytes | None:
+        self.served[digest] += 1
+        return super().get(digest) if self.offers is None else self.table.get(digest)
+
+    def announced(self) -> list[tuple[int, str, int]]:
+        return super().announced() if self.offers is None else list(self.offers)
+
+
+class HostileTransport(HivemindTransport):
+    """A HivemindTransport that serves from a `Shelf` (see `shelf.show`)."""
+
+    def __init__(self, cfg: SwarmConfig, **kw):
+        super().__init__(cfg, **kw)
+        self.shelf = self._offers = Shelf(cfg.max_offers)
+
+
+class PublicModel:
+    """The public warm-started model at `model`, the task, our tokenizer fingerprint and peer id."""
+
+    def __init__(self, model: str, task_options: str, run_id: str, peer_id: str):
+        import torch
+
+        from swarm_node.config import ModelConfig
+        from swarm_node.tasks import load_task
+        from swarm_node.train.policy import Policy
+        from swarm_node.wire.codec import tokenizer_fingerprint
+
+        torch.set_num_threads(1)
+        self.policy = Policy.load(ModelConfig(name=model))
+        self.task = load_task("arith", None, **json.loads(task_options))
+        self.tokenizer = tokenizer_fingerprint(self.policy.tokenizer)
+        self.run_id, self.peer_id = run_id, peer_id
+
+    def packet(self, r: int, groups, **changes):
+        """A Packet of round `r` from us (fields overridden by `changes`, e.g. a forged sender)."""
+        from swarm_node.wire.codec import Packet
+
+        fields = dict(run_id=self.run_id, sender=self.peer_id, model_id=self.policy.model_id, tokenizer=self.tokenizer,
+                      policy_version=r, round=r, mode="vertical", groups=groups)
+        return Packet(**{**fields, **changes})
+
+
+def honest_rounds(swarm: HivemindTransport, t_end: float, follow: Callable = max, until_round: int = 10**9,
+                  stale_s: float | None = None, keep: Callable[[PeerInfo], bool] = lambda p: True,
+                  poll_s: float = 0.1) -> Iterator[tuple[int, list[PeerInfo]]]:
+    """Yield (round, peers) each time the other peers' announced round (`follow` of theirs: max, or
+    min where several attackers announce rounds ahead) moves past the last one yielded. Ends at
+    `t_end`, at `until_round`, GONE_S after every other peer left, or `stale_s` after their round
+    last advanced in our view (the honest nodes evict and refuse a neighbour that delivers nothing
+    they accept, so what we last heard of them goes stale)."""
+    last, seen_at, advanced_at = 0, time.monotonic(), time.monotonic()
+    while time.monotonic() < t_end:
+        peers = [p for p in swarm.peers() if p.peer_id != swarm.peer_id and keep(p)]
+        if peers:
+            seen_at = time.monotonic()
+        elif time.monotonic() - seen_at > GONE_S:
+            return
+        if stale_s is not None and last >= 1 and time.monotonic() - advanced_at > stale_s:
+            return
+        r = follow((p.round for p in peers if p.round > 0), default=0)
+        if r >= until_round:
+            return
+        if r <= last:
+            time.sleep(poll_s)
+            continue
+        last, advanced_at = r, time.monotonic()
+        yield r, peers
+
+
+class Summary(dict):
+    """An attack's JSON summary, rewritten atomically at `path` by `save()` with what the shelf served
+    and the transport's counters."""
+
+    def __init__(self, path: str | None, swarm: HostileTransport):
+        super().__init__()
+        self.path, self.swarm = path, swarm
+
+    def save(self) -> None:
+        if self.path:
+            self.update(served=dict(self.swarm.shelf.served), stats=self.swarm.stats())
+            write_json_atomic(self.path, dict(self), durable=False)
+
+
+def run_peer(cfg: SwarmConfig, attack: Callable[[HostileTransport, Summary], int], summary_path: str | None,
+             model_id: str = "unset") -> int:
+    """Start a HostileTransport for `cfg` (announcing `model_id` until the attack sets its own), run
+    `attack(swarm, summary)` and return its exit code. The summary is saved at the end, on SIGTERM
+    too, and the transport closed."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: summary + clean shutdown
+    swarm = HostileTransport(cfg, model_id=model_id, tokenizer="unset")
+    summary = Summary(summary_path, swarm)
+    try:
+        swarm.start()
+        return attack(swarm, summary)
+    finally:
+        summary.save()
+        swarm.close()
