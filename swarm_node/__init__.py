@@ -28,8 +28,9 @@ Layers, lowest first; a module imports only its own folder and the layers below 
     swarm/     the trust boundary: exchange (bytes over a Transport) and admission (what a peer's
                packet may be) ; beside train/, neither imports the other
     node.py    the composition root: builds the parts from the config and runs the round loop
-    harness/   one way to run nodes as processes (start, wait on status.json, stop, warm starts):
-               the demo, the tests and bench/ all use it
+    harness/   one way to run nodes as processes (NodeProcess: start, wait on status.json, read
+               metrics, ordered stop), warm starts, the network-namespace internet, and the hostile
+               peer programs (adversary, poisoner): the demo, the tests and bench/ all use it
     commands/  the CLI (`swarm-node ...`), doctor, peers, relay, protocol tools, the demo
 
 Public API: the `swarm-node` command; `swarm_node.node.run(cfg, connect=...)` with
