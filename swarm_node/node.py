@@ -246,7 +246,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
             tracker.log(row, step=r)
             rows.append(row)
             log.info(summary_line(row))
-            status.update(round=r, policy_version=trainer.policy_version)
+            status.update(round=r, policy_version=trainer.policy_version,
+                          neighbours=exchange.transport.neighbours() if exchange is not None else None)
             if on_round is not None:
                 on_round(row)
             if r > 0 and _due(r, cfg.train.checkpoint_every, last):

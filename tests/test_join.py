@@ -8,6 +8,7 @@ joins when the peer comes up, and horizontal mode forms cross-node groups for sh
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -40,9 +41,12 @@ def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
                                       *swarm], tmp_path / "s-lora"))]
     for node in [first, *others]:
         assert node.wait(300) == 0, "".join(node.lines[-40:])
+    ids = {json.loads((n.out / "status.json").read_text())["peer_id"] for n in [first, *others]}
     for node in [first, *others]:
         rows = {r["round"]: r for r in node.rows()}
         assert sorted(rows) == [0, 1, 2, 3]
+        status = json.loads((node.out / "status.json").read_text())  # its neighbours, as it measured them
+        assert status["neighbours"] and set(status["neighbours"]) <= ids - {status["peer_id"]}, status["neighbours"]
         for r in (2, 3):
             assert rows[r]["swarm/peer_groups_used"] > 0, (node.out, rows[r])
             assert rows[r]["swarm/peers"] == 2

@@ -118,6 +118,10 @@ class Transport(Protocol):
         when): what the transport measured of its neighbors keeps that one in the mesh
         (net/scores.py); a self-reported degree does not."""
 
+    def neighbours(self) -> dict[str, dict]:
+        """What this node measured of each neighbour (net/scores.py): {peer: {outbound, credits,
+        rounds_idle}}; the node writes it to OUT/status.json every round."""
+
     def peers(self) -> list[PeerInfo]:
         """The live peers of this run, as their records describe them."""
 

@@ -60,18 +60,7 @@ from swarm_node.net.records import (
 from swarm_node.net.scores import PeerLimiter
 
 logger = logging.getLogger(__name__)
-
-
-
-def route_hivemind_logs() -> None:
-    """hivemind logs through the application's handlers (and their repeat filter), at WARNING unless
-    HIVEMIND_LOGLEVEL says otherwise. Called when a transport is made, not at import: importing this
-    module changes no logging configuration."""
-    _hm_logging.use_hivemind_log_handler("nowhere")
-    if "HIVEMIND_LOGLEVEL" not in os.environ:
-        logging.getLogger("hivemind").setLevel(logging.WARNING)
-
-DISCOVERY_MODES = ("push", "dht-key")  # v2 (default) | v1, kept for bench/scale.py
+DISCOVERY_MODES = ("push", "dht-key")  # v2 (default) | v1: bench/scale.py, and tests' out-of-mesh hosts
 DHT_RPC_TIMEOUT_S = 3.0  # one hivemind DHT RPC (ping/store/find); hivemind's default
 MAX_BOOTSTRAP_RETRY_S = 300.0  # while alone, retries back off from bootstrap_retry_s to this
 LOCAL_POLL_S = 0.05  # v2: collect re-reads the neighbors' announcements this often while waiting
@@ -85,6 +74,15 @@ STAT_KEYS = (
 )  # and from stats(): streams_over_rate, peers_graylisted (PeerLimiter); v2 mesh gauges (PushDiscovery.gauges)
 FAILURE_STATS = {TIMEOUT: "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found", STATUS_BUSY: "fetch_busy",
                  OVERSIZE: "fetch_oversize", MISMATCH: "digest_mismatches"}
+
+
+def route_hivemind_logs() -> None:
+    """hivemind logs through the application's handlers (and their repeat filter), at WARNING unless
+    HIVEMIND_LOGLEVEL says otherwise. Called when a transport is made, not at import: importing this
+    module changes no logging configuration."""
+    _hm_logging.use_hivemind_log_handler("nowhere")
+    if "HIVEMIND_LOGLEVEL" not in os.environ:
+        logging.getLogger("hivemind").setLevel(logging.WARNING)
 
 
 # ---- the transport ------------------------------------------------------------------------------------
@@ -354,6 +352,11 @@ class HivemindTransport:
         async def apply():  # v2: the neighbor's slot is earned
             return self._push is not None and self._push.mesh.credit(peer_id, time.time())
         self._run(apply(), 5.0)
+
+    def neighbours(self) -> dict[str, dict]:
+        async def read():  # on the loop thread, where the mesh changes (v1: no mesh)
+            return self._push.mesh.scores() if self._push is not None else {}
+        return self._run(read(), 5.0)
 
     def peers(self) -> list[PeerInfo]:
         """This run's live peers as they announced themselves: our neighbors' latest announcements

@@ -194,6 +194,10 @@ class MemoryTransport:
         with self.network.lock:
             self._mesh.credit(peer_id, time.time())
 
+    def neighbours(self) -> dict[str, dict]:
+        with self.network.lock:
+            return self._mesh.scores()
+
     def peers(self) -> list[PeerInfo]:
         """Our neighbors' latest announcements (copies)."""
         with self.network.lock:
