@@ -41,8 +41,8 @@ import psutil
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench import _common as C  # noqa: E402
-
-from swarm_node.harness.netns import Internet, leftover_namespaces, measure_link, tmpfs_holder, unavailable  # noqa: E402
+from swarm_node.harness.netns import (Internet, leftover_namespaces, measure_link, tmpfs_holder,  # noqa: E402
+                                      unavailable)
 from swarm_node.harness.process import NodeProcess, swarm_node_argv  # noqa: E402
 from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
 from swarm_node.metrics import read_metrics  # noqa: E402
@@ -330,9 +330,9 @@ def checkpoint_loads(path: Path) -> bool:
     """Model, optimizer and RNG state of one checkpoint load (swarm_node.train.checkpoint's own loader)."""
     import torch
 
-    from swarm_node.train.policy import Policy
-    from swarm_node.train.checkpoint import load_checkpoint
     from swarm_node.config import ModelConfig
+    from swarm_node.train.checkpoint import load_checkpoint
+    from swarm_node.train.policy import Policy
 
     try:
         policy = Policy.load(ModelConfig(name=str(path / "model")))

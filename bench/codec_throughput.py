@@ -28,7 +28,6 @@ if not __package__:  # run as `python bench/x.py`: import `bench` as a package f
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench import _common as C  # noqa: E402
 
-
 SCENARIOS = {
     # name: (prompts, completions per prompt, mean completion tokens, prompt tokens, vocab)
     "paper-200": (2, 12, 200, 120, C.QWEN_VOCAB),

@@ -88,8 +88,8 @@ def worker(job: dict) -> dict:
     torch.backends.mkldnn.enabled = job.get("mkldnn", True)
     if job.get("break"):
         break_learning(job["break"])
-    from swarm_node.node import run
     from swarm_node.config import load_config
+    from swarm_node.node import run
 
     t = time.time()
     with tempfile.TemporaryDirectory() as out:

@@ -128,7 +128,6 @@ def logprobs(variant: str, model, prompts, completions, temperature: float):
 
 def worker(args) -> None:
     import numpy as np
-    import torch
 
     C.single_thread()
     model, prompts, completions, advantages = build(args)

@@ -40,9 +40,8 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench.replicate_report import render  # noqa: E402
-from bench.replicate_study import (  # noqa: E402
-    ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, PAIRS, QUICK, REPO, RUNS, TASK, WARM_STEPS, Node, Scale,
-)
+from bench.replicate_study import (ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, PAIRS, QUICK, REPO, RUNS, TASK,  # noqa: E402
+                                   WARM_STEPS, Node, Scale)
 from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, swarm_node_argv  # noqa: E402
 
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
@@ -155,11 +154,11 @@ def ood_accuracy(node: Node, checkpoint: Path | None, limit: int) -> float:
     """Greedy pass@1 on the OOD set of the warm start (checkpoint None) or of a final checkpoint."""
     import torch
 
-    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
-    from swarm_node.train.evaluate import pass_at_1
-    from swarm_node.train.sampling.hf import HFSampler
     from swarm_node.tasks import load_task
+    from swarm_node.train.evaluate import pass_at_1
+    from swarm_node.train.policy import Policy
+    from swarm_node.train.sampling.hf import HFSampler
 
     torch.set_num_threads(1)
     base = str(warm_path(node))

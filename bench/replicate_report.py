@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import time
 from pathlib import Path
 
-from bench.replicate_study import DOC, IMG, OOD, PAIRS, RUNS, Scale
+from bench.replicate_study import DOC, IMG, PAIRS, RUNS, Scale
 
 # ---------------------------------------------------------------------------------- statistics
 DELTA = 0.03  # smallest effect we care about: 3 points of pass@1 (one 500-problem eval is +-2)

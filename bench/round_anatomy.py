@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -68,16 +67,15 @@ def worker(args) -> None:
     """One node: node.run with timers wrapped around the library's stages; rows -> args.result."""
     import torch
 
+    import swarm_node.node as node_mod
     import swarm_node.swarm.admit as admit_mod
     import swarm_node.swarm.exchange as exchange_mod
-    import swarm_node.node as node_mod
     import swarm_node.train.trainer as trainer_mod
-    from swarm_node.train.policy import Policy
     from swarm_node.config import load_config
     from swarm_node.net.hivemind import HivemindTransport
-    from swarm_node.train.sampling.hf import HFSampler
-
     from swarm_node.tasks.scoring import Scorer
+    from swarm_node.train.policy import Policy
+    from swarm_node.train.sampling.hf import HFSampler
 
     timers = C.Timers(sync=torch.cuda.synchronize if args.device.startswith("cuda") else None)
     where = {"eval": False, "admit": False}

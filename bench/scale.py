@@ -116,9 +116,9 @@ def worker(args) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally: shut p2pd down
-    from swarm_node.wire.codec import encode
     from swarm_node.config import SwarmConfig
     from swarm_node.net.hivemind import HivemindTransport
+    from swarm_node.wire.codec import encode
 
     dht_counters = count_discovery_messages()
     arrivals: dict[tuple[str, str], float] = {}  # (receiver, digest) -> when the bytes were in

@@ -47,9 +47,9 @@ def bench_policy(name: str):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer
-    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
+    from swarm_node.train.policy import Policy
+    from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer
 
     if name in PRESETS:
         return Policy.load(ModelConfig(name=name, init_seed=0, device="cpu"))
@@ -75,10 +75,10 @@ def time_sampling(sampler, prompts, args) -> dict:
 
 
 def generation(name: str, args) -> dict:
+    from swarm_node.tasks import load_task
     from swarm_node.train.rollout import prompt_tokens
     from swarm_node.train.sampling.hf import HFSampler
     from swarm_node.train.sampling.vllm import VLLMSampler
-    from swarm_node.tasks import load_task
 
     policy = bench_policy(name)
     task = load_task("arith")

@@ -22,29 +22,29 @@ from pathlib import Path
 import torch
 
 from swarm_node import metrics as M
-from swarm_node.swarm.admit import Admission, Expectations
-from swarm_node.train.policy import Policy
-from swarm_node.train.batch import TrainBatch
-from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from swarm_node.wire.codec import tokenizer_fingerprint
 from swarm_node.config import NodeConfig
-from swarm_node.wire.contract import manifest_for, prompt_base
-from swarm_node.train.defaults import resolve as resolve_defaults
 from swarm_node.errors import SwarmNodeError
-from swarm_node.train.evaluate import held_out, pass_at_1
-from swarm_node.swarm.exchange import Exchange
 from swarm_node.metrics import MetricsWriter, drop_rounds_after, summary_line
-from swarm_node.train.models import plan_node_memory
 from swarm_node.net import Transport
-from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, group_stats, prompt_tokens,
-                                     round_examples, round_seed, sample_groups)
-from swarm_node.train.sampling import Sampler
-from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.status import StatusFile
+from swarm_node.swarm.admit import Admission, Expectations
+from swarm_node.swarm.exchange import Exchange
 from swarm_node.tasks import Task, load_task
 from swarm_node.tracking import check_trackers, open_tracker
+from swarm_node.train.batch import TrainBatch
+from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm_node.train.defaults import resolve as resolve_defaults
+from swarm_node.train.evaluate import held_out, pass_at_1
+from swarm_node.train.models import plan_node_memory
+from swarm_node.train.policy import Policy
+from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, group_stats, prompt_tokens,
+                                      round_examples, round_seed, sample_groups)
+from swarm_node.train.sampling import Sampler
+from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.trainer import Trainer
 from swarm_node.train.warmstart import warmstarted_model
+from swarm_node.wire.codec import tokenizer_fingerprint
+from swarm_node.wire.contract import manifest_for, prompt_base
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ def arith():
 
 @pytest.fixture
 def tiny_policy():
-    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
+    from swarm_node.train.policy import Policy
 
     return Policy.load(ModelConfig(name="tiny-s", init_seed=0))
 

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from swarm_node.wire.codec import Packet, encode, tokenizer_fingerprint
-from swarm_node.swarm import Rejected
-from swarm_node.swarm.admit import Admission, Expectations, content_hash
 from swarm_node.config import RolloutConfig
 from swarm_node.net import Received
+from swarm_node.swarm import Rejected
+from swarm_node.swarm.admit import Admission, Expectations, content_hash
 from swarm_node.train.rollout import generate_groups, round_examples
 from swarm_node.train.sampling.hf import HFSampler
+from swarm_node.wire.codec import Packet, encode, tokenizer_fingerprint
 
 PEER = "QmPeerA"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarm_node.train.policy import Policy
-from swarm_node.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from swarm_node.config import ModelConfig, NodeConfig
+from swarm_node.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm_node.train.policy import Policy
 
 
 def _save(tmp_path, policy, round_):

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from swarm_node.wire import conformance
-from swarm_node.wire.codec import (ERROR_CODES, MAX_COMPLETIONS, MAX_GROUPS, MAX_PACKET_BYTES, MAX_STR_BYTES, MAX_TOKENS,
-                              MAX_UINT, PROTOCOL_VERSION, Completion, Group, Packet, PacketError, VocabError, decode, digest,
-                              encode, tokenizer_fingerprint)
-from swarm_node.wire.packet_json import packet_from_json, packet_to_json
 from swarm_node.commands.protocol import reference_outcome
+from swarm_node.wire import conformance
+from swarm_node.wire.codec import (ERROR_CODES, MAX_COMPLETIONS, MAX_GROUPS, MAX_PACKET_BYTES, MAX_STR_BYTES,
+                                   MAX_TOKENS, MAX_UINT, PROTOCOL_VERSION, Completion, Group, Packet, PacketError,
+                                   VocabError, decode, digest, encode, tokenizer_fingerprint)
+from swarm_node.wire.packet_json import packet_from_json, packet_to_json
 
 VECTORS = Path(__file__).resolve().parent.parent / "protocol" / "vectors"
 SPEC = VECTORS.parent / "SPEC.md"

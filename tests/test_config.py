@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from swarm_node.config import ConfigError, NodeConfig, load_config
+from swarm_node.config import ConfigError, load_config
 
 
 def test_defaults_follow_the_paper():

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from swarm_node.commands.protocol import protocol_app
 from swarm_node.wire import conformance
 from swarm_node.wire.conformance import Case, Outcome, judge
 from swarm_node.wire.packet_json import loads
-from swarm_node.commands.protocol import protocol_app
 
 VECTORS = Path(__file__).resolve().parent.parent / "protocol" / "vectors"
 PY = sys.executable

@@ -152,9 +152,10 @@ GSM8K_TRAIN_EXAMPLES = "sha256:f469c09c3550e0269b0c38d5237d1868d461f8866f5c977a1
 
 
 def test_gsm8k_dataset_identity_of_the_official_files_is_the_one_the_spec_quotes():
-    from swarm_node.wire.contract import dataset_identity
-    from swarm_node.tasks import load_task
     from test_tasks import real_data
+
+    from swarm_node.tasks import load_task
+    from swarm_node.wire.contract import dataset_identity
 
     spec = (VECTORS.parents[1] / "SPEC.md").read_text(encoding="utf-8")
     assert GSM8K_TRAIN_EXAMPLES in spec
@@ -178,12 +179,12 @@ def test_the_char_v1_vectors_are_what_the_tiny_models_tokenizer_does():
 def test_prompts_by_reference_are_accepted_only_in_sha256_mode_and_restored_for_training(tiny_policy, arith):
     import numpy as np
 
+    from swarm_node.net import Received
     from swarm_node.swarm import Rejected
     from swarm_node.swarm.admit import Admission, Expectations
+    from swarm_node.train.rollout import prompt_tokens
     from swarm_node.wire.codec import Completion, Group, Packet, digest, encode, tokenizer_fingerprint
     from swarm_node.wire.contract import by_reference, prompt_base, prompt_digest
-    from swarm_node.net import Received
-    from swarm_node.train.rollout import prompt_tokens
 
     ex = arith.example("train/0")
     ours = np.asarray(prompt_tokens(tiny_policy, arith, ex), dtype=np.uint32)

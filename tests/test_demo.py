@@ -20,10 +20,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from swarm_node.commands import cli
-from swarm_node.config import ConfigError
 from swarm_node.commands.demo import run as demo
 from swarm_node.commands.demo.live import NodeView
 from swarm_node.commands.demo.run import DemoError, wait_until_up
+from swarm_node.config import ConfigError
 from swarm_node.harness.process import CHILD_ENV, NodeFailed, NodeProcess, stop_processes
 from swarm_node.harness.warmstart import group_by_recipe, warm_start
 from swarm_node.status import StatusFile, read_status

@@ -5,14 +5,15 @@ import dataclasses
 import time
 from types import SimpleNamespace
 
-from swarm_node.swarm.admit import Admission, Expectations
-from swarm_node.wire.codec import Group, Packet, decode, encode, tokenizer_fingerprint
-from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import RolloutConfig, load_config
-from swarm_node.swarm.exchange import Exchange
 from swarm_node.net import Collected, PeerInfo, Received
+from swarm_node.swarm.admit import Admission, Expectations
+from swarm_node.swarm.exchange import Exchange
 from swarm_node.train.rollout import generate_groups, round_examples
 from swarm_node.train.sampling.hf import HFSampler
+from swarm_node.wire.codec import Group, Packet, decode
+from swarm_node.wire.codec import digest as packet_digest
+from swarm_node.wire.codec import encode, tokenizer_fingerprint
 
 
 class AdmitAll:

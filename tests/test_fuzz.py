@@ -28,13 +28,14 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarm_node.wire.codec import (ERROR_CODES, MAX_PACKET_BYTES, MAX_TOKENS, Completion, Group, Packet, PacketError, decode,
-                              encode, validate)
-from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.net.fetch import Download, PacketServer
 from swarm_node.net.identity import check_record_value, load_or_create_identity, owner_key_of, peer_id_of
 from swarm_node.net.records import (MAX_FRAME_BYTES, FrameError, RecordError, decode_frame_body, encode_frame,
                                     frame_length, make_record, parse_record)
+from swarm_node.wire.codec import (ERROR_CODES, MAX_PACKET_BYTES, MAX_TOKENS, Completion, Group, Packet, PacketError,
+                                   decode)
+from swarm_node.wire.codec import digest as packet_digest
+from swarm_node.wire.codec import encode, validate
 
 VOCAB = 1000
 FP = "sha256:" + "ab" * 32

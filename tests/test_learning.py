@@ -51,6 +51,7 @@ from swarm_node.config import load_config
 from swarm_node.harness.learning import MIN_MEAN_GAIN, MIN_MEAN_REWARD_GAIN, SEEDS, learning_overrides, summarize
 from swarm_node.node import run
 
+
 def learning_run(seed: int, out: str, dtype: str) -> dict[str, float]:
     """One warm start + GRPO run (in a worker process); returns `summarize` of its rows."""
     return {"seed": seed, **summarize(run(load_config(None, learning_overrides(seed) + [f"model.dtype={dtype}", f"out={out}"])))}

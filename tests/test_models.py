@@ -17,7 +17,7 @@ import torch
 
 from swarm_node.errors import SwarmNodeError
 from swarm_node.train.models import (QWEN25, ModelDims, ModelNameError, estimate_memory, fit_memory, hub_reachable,
-                               lora_trainable_params, model_load_error, plan_precision, resolve_model_name)
+                                     lora_trainable_params, model_load_error, plan_precision, resolve_model_name)
 
 SIZES = ("0.5", "1.5", "3", "7", "14", "32")
 
@@ -198,8 +198,8 @@ def test_preset_dims_match_the_built_model(preset, tmp_path):
 
 
 def test_lora_count_matches_peft():
-    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
+    from swarm_node.train.policy import Policy
 
     for r, targets in ((8, ["q_proj", "v_proj"]), (4, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                          "up_proj", "down_proj"])):
@@ -301,8 +301,8 @@ def _peak_step_bytes(policy, optimizer) -> int:
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_train_peak_estimate_within_factor_two_of_measured(checkpointing):
     """tiny-l, fp32 on CPU, 8 x 224 tokens: measured 203 MiB (73 MiB checkpointed), estimated 235 (81)."""
-    from swarm_node.train.policy import Policy
     from swarm_node.config import ModelConfig
+    from swarm_node.train.policy import Policy
 
     policy = Policy.load(ModelConfig(name="tiny-l"))
     if checkpointing:

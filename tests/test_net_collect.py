@@ -8,9 +8,9 @@ import asyncio
 import time
 from collections import Counter
 
-from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.net import PeerInfo
 from swarm_node.net.collect import MAX_REMEMBERED, CollectLimits, Delivery, collect_offers
+from swarm_node.wire.codec import digest as packet_digest
 
 LIMITS = CollectLimits(fetch_timeout_s=1.0, max_packet_bytes=16 * 2**20, max_peer_packets=4, max_peer_bytes=32 * 2**20,
                        poll_s=0.05)

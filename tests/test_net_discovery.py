@@ -14,16 +14,18 @@ from collections import Counter
 
 import pytest
 
-from swarm_node.wire.codec import digest as packet_digest
-from swarm_node.net import SwarmError
-from swarm_node.net.announce import ISOLATED_RETRY_S, MAX_RETRY_S, Mesh, MeshParams, fanout
-from swarm_node.net.driver import MeshDriver, OldVersion
-from swarm_node.net.discovery import MEMBER_TARGET, MemberDirectory, RecordValidator, parse_initial_peers, write_probability
-from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
-from swarm_node.net.identity import load_or_create_identity, peer_id_of
-from swarm_node.net.records import MEMBER_BUCKETS, make_member_record, make_record, member_bucket, member_key, record_key
 from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
+from swarm_node.net import SwarmError
+from swarm_node.net.announce import ISOLATED_RETRY_S, MAX_RETRY_S, Mesh, MeshParams, fanout
+from swarm_node.net.discovery import (MEMBER_TARGET, MemberDirectory, RecordValidator, parse_initial_peers,
+                                      write_probability)
+from swarm_node.net.driver import MeshDriver, OldVersion
+from swarm_node.net.hivemind_internals import CappedStorage, wrap_rsa_key
+from swarm_node.net.identity import load_or_create_identity, peer_id_of
+from swarm_node.net.records import (MEMBER_BUCKETS, make_member_record, make_record, member_bucket, member_key,
+                                    record_key)
+from swarm_node.wire.codec import digest as packet_digest
 
 
 def _record(peer_id="QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", offers=()):

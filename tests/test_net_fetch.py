@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from swarm_node.wire.codec import digest as packet_digest
-from swarm_node.net.fetch import MAX_SHORT_STREAMS, MIN_RESUME_BYTES, Download, Offers, PacketServer, StreamLimits, download_packet
+from swarm_node.net.fetch import (MAX_SHORT_STREAMS, MIN_RESUME_BYTES, Download, Offers, PacketServer, StreamLimits,
+                                  download_packet)
 from swarm_node.net.records import decode_frame_body, encode_frame, frame_length
+from swarm_node.wire.codec import digest as packet_digest
 
 
 async def _pipe(server: PacketServer, peer: object = None):

@@ -10,11 +10,11 @@ import time
 import psutil
 import pytest
 
-from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net import SwarmError
 from swarm_node.net.hivemind import HivemindTransport
 from swarm_node.net.identity import load_or_create_identity, peer_id_of
+from swarm_node.wire.codec import digest as packet_digest
 
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
 

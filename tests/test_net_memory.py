@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 
-from swarm_node.wire.codec import digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net import PeerInfo, SwarmError, Transport
 from swarm_node.net.hivemind import HivemindTransport
 from swarm_node.net.memory import MemoryNetwork, MemoryTransport
+from swarm_node.wire.codec import digest
 
 
 def _started(network, *peer_ids, **kw) -> list[MemoryTransport]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from swarm_node.wire.codec import digest as packet_digest
 from swarm_node.config import SwarmConfig
 from swarm_node.net import PeerInfo
 from swarm_node.net.memory import MemoryNetwork, MemoryTransport
+from swarm_node.wire.codec import digest as packet_digest
 
 DEADLINE_S, IDLE_S, ROUND = 2.0, 0.4, 100
 

@@ -7,12 +7,10 @@ import re
 
 import pytest
 
-from swarm_node.wire.codec import digest as packet_digest
-from swarm_node.net.records import (
-    ANNOUNCE_PROTOCOL, ANNOUNCE_PROTOCOLS, FETCH_PROTOCOL, FETCH_PROTOCOLS, LEGACY_ANNOUNCE_PROTOCOL,
-    LEGACY_FETCH_PROTOCOL,
-)
 from swarm_node.net.reach import DIALBACK_PROTOCOL
+from swarm_node.net.records import (ANNOUNCE_PROTOCOL, ANNOUNCE_PROTOCOLS, FETCH_PROTOCOL, FETCH_PROTOCOLS,
+                                    LEGACY_ANNOUNCE_PROTOCOL, LEGACY_FETCH_PROTOCOL)
+from swarm_node.wire.codec import digest as packet_digest
 
 # rust-libp2p's StreamProtocol::try_from_owned refuses ids that do not start with "/"
 VERSIONED = re.compile(r"/swarm-node/[a-z]+/\d+\.\d+\.\d+")
@@ -29,9 +27,9 @@ def test_every_stream_protocol_id_is_versioned_with_a_leading_slash():
 @pytest.mark.slow
 def test_both_ids_are_served_and_a_fetch_falls_back_to_the_legacy_id():
     from hivemind.p2p import PeerID
+    from test_net_hivemind import config, started, wait_until
 
     from swarm_node.net.hivemind_internals import open_stream
-    from test_net_hivemind import config, started, wait_until
 
     a = started(config())
     b = None

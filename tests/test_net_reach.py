@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from swarm_node.net.reach import (
-    DialbackServer, announce_order, ask_dialback, observed_ip, p2p_options, status_line, tcp_ports, verdict, with_port,
-)
 from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
+from swarm_node.net.reach import (DialbackServer, announce_order, observed_ip, p2p_options, status_line, tcp_ports,
+                                  verdict, with_port)
 
 TESTS = Path(__file__).parent
 

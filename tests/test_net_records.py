@@ -4,12 +4,11 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from swarm_node.net.records import (MAX_ADDRS, MAX_ANNOUNCE_BYTES, MAX_FRAME_BYTES, MAX_OFFERS_IN_RECORD, MAX_PX,
+                                    MAX_ROUND, MEMBER_BUCKETS, FrameError, RecordError, decode_frame_body, encode_frame,
+                                    frame_length, make_announcement, make_member_record, make_record, member_bucket,
+                                    member_key, parse_announcement, parse_member_record, parse_record)
 from swarm_node.wire.codec import digest
-from swarm_node.net.records import (
-    MAX_ADDRS, MAX_ANNOUNCE_BYTES, MAX_FRAME_BYTES, MAX_OFFERS_IN_RECORD, MAX_PX, MAX_ROUND, MEMBER_BUCKETS, FrameError,
-    RecordError, decode_frame_body, encode_frame, frame_length, make_announcement, make_member_record, make_record,
-    member_bucket, member_key, parse_announcement, parse_member_record, parse_record,
-)
 
 
 def _record(peer_id="QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", offers=()):

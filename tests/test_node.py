@@ -6,13 +6,11 @@ import pytest
 import torch
 import yaml
 
-from swarm_node.train.policy import Policy
-from swarm_node.wire.codec import decode
-from swarm_node.config import ModelConfig
-
-from swarm_node.config import load_config
+from swarm_node.config import ModelConfig, load_config
 from swarm_node.metrics import read_metrics
 from swarm_node.node import run
+from swarm_node.train.policy import Policy
+from swarm_node.wire.codec import decode
 
 FAST = ["model.name=tiny-s", "rollout.group_size=3", "rollout.prompts_per_round=2", "rollout.max_new_tokens=6",
         "task.eval_limit=8", "train.eval_every=2", "train.checkpoint_every=1", "train.lr=1e-2", "threads=1",
@@ -75,9 +73,7 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
     import threading
 
     import swarm_node.node as node_module
-
     from swarm_node.net.memory import MemoryNetwork, MemoryTransport
-
     from swarm_node.tasks import load_task
     from swarm_node.train.warmstart import warmstarted_model
 

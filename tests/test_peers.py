@@ -6,9 +6,8 @@ import sys
 
 import pytest
 
-from swarm_node.harness.process import NodeProcess
-
 from swarm_node.commands.peers import render
+from swarm_node.harness.process import NodeProcess
 
 
 def test_render_is_one_line_per_peer():

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from swarm_node.commands.demo import plots
 from swarm_node.commands.cli import app
+from swarm_node.commands.demo import plots
 
 runner = CliRunner()
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer
-from swarm_node.train.policy import ModelError, Policy
 from swarm_node.config import ModelConfig
+from swarm_node.train.policy import ModelError, Policy
+from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer
 
 PROMPTS = ["Q: What is 48 plus 27?\nA: ", "Q: 3?\nA: "]
 

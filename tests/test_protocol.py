@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from swarm_node.commands.protocol import default_vectors_dir, protocol_app, vocab_from_tokenizer_json
 from swarm_node.wire.codec import digest, tokenizer_fingerprint
 from swarm_node.wire.packet_json import first_difference, loads, same_json_form
-from swarm_node.commands.protocol import default_vectors_dir, protocol_app, vocab_from_tokenizer_json
 
 VECTORS = Path(__file__).resolve().parent.parent / "protocol" / "vectors"
 runner = CliRunner()

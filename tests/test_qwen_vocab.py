@@ -106,13 +106,13 @@ def test_chunked_logprobs_over_the_real_vocabulary_equal_a_full_log_softmax(tiny
 def test_packets_with_real_token_ids_round_trip_and_are_admitted(tiny_qwen):
     """Sampled ids span the real vocabulary (many above 65,535), never the 271 padding rows, and a
     peer with the same tokenizer admits the packet: same prompt ids, rewards recomputed."""
-    from swarm_node.swarm.admit import Admission, Expectations
-    from swarm_node.wire.codec import Packet, decode, encode, tokenizer_fingerprint
     from swarm_node.config import RolloutConfig
     from swarm_node.net import Received
+    from swarm_node.swarm.admit import Admission, Expectations
+    from swarm_node.tasks import load_task
     from swarm_node.train.rollout import generate_groups, round_examples
     from swarm_node.train.sampling.hf import HFSampler
-    from swarm_node.tasks import load_task
+    from swarm_node.wire.codec import Packet, decode, encode, tokenizer_fingerprint
 
     task = load_task("arith")
     groups = generate_groups(HFSampler(tiny_qwen), tiny_qwen, task, round_examples(task, 1, 2, "q"),
@@ -136,10 +136,10 @@ def test_packets_with_real_token_ids_round_trip_and_are_admitted(tiny_qwen):
 def test_a_peer_text_spelled_in_other_bpe_pieces_is_trained_as_our_tokenizer_spells_it(tiny_qwen):
     """`#### 73` sent one character per token (valid ids, the same text, the same reward) is admitted
     as the ids Qwen2.5's tokenizer gives that text, so no gradient reaches a spelling we never produce."""
-    from swarm_node.swarm.admit import Admission, Expectations
-    from swarm_node.wire.codec import Completion, Group, Packet, encode, tokenizer_fingerprint
     from swarm_node.net import Received
+    from swarm_node.swarm.admit import Admission, Expectations
     from swarm_node.tasks import load_task
+    from swarm_node.wire.codec import Completion, Group, Packet, encode, tokenizer_fingerprint
 
     task = load_task("arith")
     scorer = tiny_qwen.scorer(task)

@@ -26,9 +26,9 @@ def smol():
 @pytest.fixture(scope="module")
 def greedy_answers(smol):
     """Greedy completions of the first 8 held-out arith problems, rendered as the node renders them."""
+    from swarm_node.tasks import load_task
     from swarm_node.train.rollout import prompt_tokens
     from swarm_node.train.sampling.hf import HFSampler
-    from swarm_node.tasks import load_task
 
     task = load_task("arith")
     examples = [task.split("test")[i] for i in range(8)]
@@ -45,8 +45,8 @@ def test_it_loads_as_the_real_model_with_its_tokenizer_and_chat_template(smol):
 
 
 def test_arith_prompts_are_rendered_with_the_chat_template_and_one_worked_exchange(smol):
-    from swarm_node.train.rollout import prompt_tokens
     from swarm_node.tasks import load_task
+    from swarm_node.train.rollout import prompt_tokens
 
     task = load_task("arith")
     ex = task.split("test")[0]
@@ -82,12 +82,12 @@ def _lora_policy():
 
 @pytest.mark.slow  # one real training step (~20 s on one thread)
 def test_lora_sits_on_the_real_attention_projections_and_one_round_changes_every_B_matrix(tmp_path):
+    from swarm_node.tasks import load_task
+    from swarm_node.train.batch import TrainBatch
     from swarm_node.train.checkpoint import save_checkpoint
     from swarm_node.train.defaults import resolve
     from swarm_node.train.rollout import generate_groups
     from swarm_node.train.sampling.hf import HFSampler
-    from swarm_node.tasks import load_task
-    from swarm_node.train.batch import TrainBatch
     from swarm_node.train.trainer import Trainer
 
     policy = _lora_policy()

@@ -29,21 +29,21 @@ import torch
 from typer.testing import CliRunner
 
 from swarm_node.commands.cli import app
-from swarm_node.wire.codec import Completion, Group, Packet, _normalize, _pieces, encode, tokenizer_fingerprint
 from swarm_node.config import RolloutConfig, load_config
+from swarm_node.harness.process import NodeProcess
+from swarm_node.harness.warmstart import public_warm_start
+from swarm_node.metrics import MetricsError, MetricsWriter, drop_rounds_after, read_metrics
+from swarm_node.net import Collected, PeerInfo, Received
+from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
+from swarm_node.net.fetch import MISMATCH, OVERSIZE, TIMEOUT
 from swarm_node.swarm import Rejected
 from swarm_node.swarm.admit import Admission, Expectations
 from swarm_node.swarm.exchange import Exchange
-from swarm_node.metrics import MetricsError, MetricsWriter, drop_rounds_after, read_metrics
 from swarm_node.train.rollout import generate_groups, round_examples
 from swarm_node.train.sampling.hf import HFSampler
-from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
-from swarm_node.net.fetch import MISMATCH, OVERSIZE, TIMEOUT
-from swarm_node.net import Collected, PeerInfo, Received
+from swarm_node.wire.codec import Completion, Group, Packet, _normalize, _pieces
 from swarm_node.wire.codec import digest as packet_digest
-
-from swarm_node.harness.process import NodeProcess
-from swarm_node.harness.warmstart import public_warm_start
+from swarm_node.wire.codec import encode, tokenizer_fingerprint
 
 ME, HONEST, EVIL = "QmMe", "QmHonest", "QmEvil"
 
@@ -422,8 +422,8 @@ def test_resume_after_a_crash_between_metrics_and_checkpoint(tmp_path):
 
 
 def test_checkpoint_leftovers_and_resaves(tmp_path, tiny_policy):
-    from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from swarm_node.config import NodeConfig
+    from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
     opt = torch.optim.AdamW(tiny_policy.trainable_parameters(), lr=1e-3)
     root = tmp_path / "checkpoints"

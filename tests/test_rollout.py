@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from swarm_node.config import RolloutConfig
-from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, generate_groups, group_stats, prompt_tokens,
-                                round_examples, round_seed)
+from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, generate_groups, group_stats,
+                                      prompt_tokens, round_examples, round_seed)
 from swarm_node.train.sampling.hf import HFSampler
 
 

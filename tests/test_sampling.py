@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig
+from swarm_node.train.policy import Policy
 from swarm_node.train.sampling.hf import HFSampler
 
 PROMPTS = ["Q: What is 48 plus 27?\nA: ", "Q: 3?\nA: "]

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarm_node.tasks import TaskError, TASKS, Example, Task, extract_answer, load_task
+from swarm_node.tasks import TASKS, Example, Task, TaskError, extract_answer, load_task
 from swarm_node.tasks.answer import parse_number
 from swarm_node.tasks.arith import ArithTask, is_test_problem
 from swarm_node.tasks.deadline import call_with_deadline
@@ -593,8 +593,8 @@ def test_auto_keeps_base_models_plain(toy_gsm8k):
 
 
 def test_render_prompt_without_a_chat_template(arith):
-    from swarm_node.train.presets import char_tokenizer
     from swarm_node.tasks.prompt import PromptError, render_prompt
+    from swarm_node.train.presets import char_tokenizer
 
     ex = arith.split("test")[0]
     tok = char_tokenizer()

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig, NodeConfig, RolloutConfig
-from swarm_node.train.rollout import generate_groups, round_examples
 from swarm_node.train.batch import TrainBatch
+from swarm_node.train.policy import Policy
+from swarm_node.train.rollout import generate_groups, round_examples
 from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.trainer import Trainer
 

@@ -15,13 +15,14 @@ import pytest
 import torch
 
 from swarm_node import metrics as M
+from swarm_node.config import ModelConfig, load_config
 from swarm_node.train.batch import TrainBatch
 from swarm_node.train.policy import Policy
-from swarm_node.config import ModelConfig, load_config
 from swarm_node.train.rollout import generate_groups, prompt_tokens, round_examples
 from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.sampling.vllm import SamplerError, VLLMSampler, check_supported, vllm_installed
 from swarm_node.train.trainer import Trainer, mismatch_stats
+
 
 def needs_vllm(test):
     """A test that needs the vllm package: marked `vllm` (`make test` runs those in .venv-vllm)."""
@@ -273,8 +274,8 @@ def test_smollm2_in_vllm_answers_as_the_hf_sampler_does():
     """SmolLM2-135M-Instruct (`make models`), chat-rendered arith prompts: vLLM's greedy completions
     are the HF sampler's, token for token, with log-probs within TOL (float32, different kernels
     over a 49,152-token head; measured 2e-5), and sampled log-probs are the trainer's."""
-    from swarm_node.train.sources import installed
     from swarm_node.tasks import load_task
+    from swarm_node.train.sources import installed
 
     path = installed("smollm2-135m")
     if path is None:

@@ -3,10 +3,10 @@
 import json
 import threading
 
-from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig, load_config
 from swarm_node.tasks import load_task
 from swarm_node.train import warmstart
+from swarm_node.train.policy import Policy
 
 
 def test_two_warm_starts_of_one_recipe_at_once_both_get_the_complete_model(monkeypatch):

@@ -176,11 +176,11 @@ def eval_(model: Annotated[str, typer.Option(help="Hub id, local path (e.g. a ch
     """Greedy pass@1 of a model on a task's held-out split."""
     with user_errors():
         setup_logging(None, verbose)
-        from swarm_node.train.policy import Policy
         from swarm_node.config import ModelConfig
-        from swarm_node.train.evaluate import held_out, pass_at_1
-        from swarm_node.train.sampling.hf import HFSampler
         from swarm_node.tasks import load_task
+        from swarm_node.train.evaluate import held_out, pass_at_1
+        from swarm_node.train.policy import Policy
+        from swarm_node.train.sampling.hf import HFSampler
 
         the_task = load_task(task, data)
         policy = Policy.load(ModelConfig(name=base), adapter_path=model) if base else Policy.load(ModelConfig(name=model))

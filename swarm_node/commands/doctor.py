@@ -32,8 +32,8 @@ from typing import Annotated, Optional
 import typer
 
 from swarm_node.errors import SwarmNodeError
-from swarm_node.train.models import (ModelDims, estimate_for_config, fit_memory, fmt_bytes, hub_reachable, looks_like_path,
-                               model_load_error, resolve_model_name, trainable_params)
+from swarm_node.train.models import (ModelDims, estimate_for_config, fit_memory, fmt_bytes, hub_reachable,
+                                     looks_like_path, model_load_error, resolve_model_name, trainable_params)
 
 __all__ = ["Check", "run_checks", "render", "doctor_command", "NO_GPU"]
 
@@ -93,8 +93,8 @@ def _load_config(config_path, model, peers, run_id):
 def _with_defaults(cfg):
     """The config as the node would resolve it (defaults.py); the task's own values need its data,
     so without it the generic ones stand in (the task-data check reports the problem)."""
-    from swarm_node.train.defaults import resolve, resolve_model_defaults
     from swarm_node.tasks import load_task
+    from swarm_node.train.defaults import resolve, resolve_model_defaults
 
     try:
         return resolve(cfg, load_task(cfg.task.name, cfg.task.data, **cfg.task.options))[0]

@@ -21,7 +21,8 @@ from typing import Annotated, Optional
 import typer
 
 from swarm_node.wire import conformance
-from swarm_node.wire.codec import MAX_PACKET_BYTES, PacketError, VocabError, decode, digest, encode, tokenizer_fingerprint
+from swarm_node.wire.codec import (MAX_PACKET_BYTES, PacketError, VocabError, decode, digest, encode,
+                                   tokenizer_fingerprint)
 from swarm_node.wire.packet_json import dumps, loads, packet_from_json, packet_to_json
 
 protocol_app = typer.Typer(help="Rollout packet wire protocol: decode, encode, digest, verify and check other implementations.",

@@ -13,8 +13,8 @@ import signal
 import threading
 import time
 
-from swarm_node.config import SwarmConfig
 from swarm_node.commands.peers import NO_TOKENIZER
+from swarm_node.config import SwarmConfig
 from swarm_node.status import StatusFile
 
 logger = logging.getLogger(__name__)

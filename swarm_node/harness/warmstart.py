@@ -75,8 +75,8 @@ def _worker(key: int, config_path: str, overrides: list[str], events, env: dict)
     try:
         import torch
 
-        from swarm_node.train.defaults import resolve
         from swarm_node.tasks import load_task
+        from swarm_node.train.defaults import resolve
         from swarm_node.train.warmstart import warmstarted_model
 
         cfg = load_config(config_path, overrides)

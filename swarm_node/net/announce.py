@@ -38,12 +38,11 @@ from dataclasses import dataclass
 import msgpack
 
 from swarm_node.net import PeerInfo
+from swarm_node.net.records import (MAX_ANNOUNCE_BYTES, MAX_PX, REQUEST_TIMEOUT_S, STATUS_FULL, STATUS_OK,
+                                    STATUS_REFUSED, Announcement, FrameError, RecordError, decode_frame_body,
+                                    encode_frame, frame_length, make_announcement, parse_announcement,
+                                    parse_peer_exchange)
 from swarm_node.net.scores import IDLE_BENCH_S, MAX_IDLE_BENCH_S, Score
-from swarm_node.net.records import (
-    MAX_ANNOUNCE_BYTES, MAX_PX, REQUEST_TIMEOUT_S, STATUS_FULL, STATUS_OK, STATUS_REFUSED,
-    Announcement, FrameError, RecordError, decode_frame_body, encode_frame, frame_length, make_announcement,
-    parse_announcement, parse_peer_exchange,
-)
 
 logger = logging.getLogger(__name__)
 

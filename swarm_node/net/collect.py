@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, Received
-from swarm_node.net.fetch import MISMATCH, OVERSIZE, TIMEOUT
+from swarm_node.net.fetch import MISMATCH, OVERSIZE
 from swarm_node.net.records import STATUS_BUSY, STATUS_NOT_FOUND
 
 ListPeers = Callable[[float], Awaitable[list[PeerInfo]]]

@@ -22,10 +22,8 @@ from hivemind.utils.multiaddr import Multiaddr
 from swarm_node.config import SwarmConfig
 from swarm_node.net import SwarmError
 from swarm_node.net.hivemind_internals import StaticRelayP2P, dial, open_stream
-from swarm_node.net.reach import (
-    DIALBACK_PROTOCOL, DIALBACK_TIMEOUT_S, Reachability, announce_order, ask_dialback, p2p_options, status_line,
-    tcp_ports, verdict, with_port,
-)
+from swarm_node.net.reach import (DIALBACK_PROTOCOL, DIALBACK_TIMEOUT_S, Reachability, announce_order, ask_dialback,
+                                  p2p_options, status_line, tcp_ports, verdict, with_port)
 
 logger = logging.getLogger(__name__)
 

@@ -29,10 +29,9 @@ from swarm_node.net.announce import Mesh, send_announcement, serve_announcement
 from swarm_node.net.driver import MeshDriver, OldVersion
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
-from swarm_node.net.records import (
-    ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES, MEMBER_BUCKETS, Member, RecordError,
-    make_member_record, member_bucket, member_key, parse_member_record, parse_record, record_key,
-)
+from swarm_node.net.records import (ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES,
+                                    MEMBER_BUCKETS, Member, RecordError, make_member_record, member_bucket, member_key,
+                                    parse_member_record, parse_record, record_key)
 from swarm_node.net.scores import PeerLimiter, TokenBucket
 
 logger = logging.getLogger(__name__)

@@ -19,12 +19,11 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 
-from swarm_node.wire import codec
-from swarm_node.net.records import (
-    CHUNK_BYTES, MAX_CONCURRENT_UPLOADS, REQUEST_TIMEOUT_S, SERVE_TIMEOUT_S, STATUS_BAD_REQUEST, STATUS_BUSY,
-    STATUS_NOT_FOUND, STATUS_OK, FrameError, decode_frame_body, encode_frame, frame_length, is_digest,
-)
+from swarm_node.net.records import (CHUNK_BYTES, MAX_CONCURRENT_UPLOADS, REQUEST_TIMEOUT_S, SERVE_TIMEOUT_S,
+                                    STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, STATUS_OK, FrameError,
+                                    decode_frame_body, encode_frame, frame_length, is_digest)
 from swarm_node.net.scores import PeerLimiter
+from swarm_node.wire import codec
 
 logger = logging.getLogger(__name__)
 

@@ -34,30 +34,25 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarm_node.wire import codec
-from swarm_node.wire.codec import PROTOCOL_VERSION
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshParams
 from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
 from swarm_node.net.daemon import CONNECT_TIMEOUT_S, start_daemon
-from swarm_node.net.discovery import (
-    DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator, parse_initial_peers,
-)
-from swarm_node.net.hivemind_internals import (
-    cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping, wrap_rsa_key,
-)
-from swarm_node.net.fetch import (
-    ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, Offers, PacketServer, download_packet, raise_fd_limit,
-)
+from swarm_node.net.discovery import (DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator,
+                                      parse_initial_peers)
+from swarm_node.net.fetch import (ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, Offers, PacketServer, download_packet,
+                                  raise_fd_limit)
+from swarm_node.net.hivemind_internals import (cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping,
+                                               wrap_rsa_key)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
-from swarm_node.net.records import (
-    FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S, STATUS_BAD_REQUEST, STATUS_BUSY,
-    STATUS_NOT_FOUND, is_digest, make_record,
-)
+from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
+                                    STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, is_digest, make_record)
 from swarm_node.net.scores import PeerLimiter
+from swarm_node.wire import codec
+from swarm_node.wire.codec import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
 DISCOVERY_MODES = ("push", "dht-key")  # v2 (default) | v1: bench/scale.py, and tests' out-of-mesh hosts

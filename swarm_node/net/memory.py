@@ -24,14 +24,14 @@ import dataclasses
 import threading
 import time
 
-from swarm_node.wire import codec
-from swarm_node.wire.codec import PROTOCOL_VERSION
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh, MeshParams
 from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
 from swarm_node.net.fetch import MISMATCH, OVERSIZE, Offers
 from swarm_node.net.records import STATUS_NOT_FOUND, STATUS_OK
+from swarm_node.wire import codec
+from swarm_node.wire.codec import PROTOCOL_VERSION
 
 LOCAL_POLL_S = 0.05  # collect re-reads the neighbors' announcements this often (as the libp2p transport does)
 

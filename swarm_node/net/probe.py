@@ -20,12 +20,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from swarm_node.net.records import (ANNOUNCE_PROTOCOL, FETCH_PROTOCOL, MAX_ANNOUNCE_BYTES, MAX_ROUND,
+                                    STATUS_BAD_REQUEST, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED,
+                                    RecordError, decode_frame_body, encode_frame, frame_length, make_announcement,
+                                    parse_announcement, parse_peer_exchange)
 from swarm_node.wire import codec
-from swarm_node.net.records import (
-    ANNOUNCE_PROTOCOL, FETCH_PROTOCOL, MAX_ANNOUNCE_BYTES, MAX_ROUND, STATUS_BAD_REQUEST, STATUS_FULL, STATUS_NOT_FOUND,
-    STATUS_OK, STATUS_REFUSED, RecordError, decode_frame_body, encode_frame, frame_length, make_announcement,
-    parse_announcement, parse_peer_exchange,
-)
 
 OpenStream = Callable[[tuple[str, ...]], Awaitable[tuple[str, asyncio.StreamReader, asyncio.StreamWriter]]]
 STEP_TIMEOUT_S = 10.0  # one exchange with the node under test at most

@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack

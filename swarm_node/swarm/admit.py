@@ -46,11 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from swarm_node import metrics as M
-from swarm_node.swarm import Rejected
-from swarm_node.wire.codec import Packet, PacketError, decode
 from swarm_node.net import Received
-from swarm_node.wire.contract import prompt_base, prompt_digest
+from swarm_node.swarm import Rejected
 from swarm_node.tasks.scoring import Scorer
+from swarm_node.wire.codec import Packet, PacketError, decode
+from swarm_node.wire.contract import prompt_base, prompt_digest
 
 MAX_OWN_GROUPS = 4096  # content hashes of our offered groups remembered (the newest)
 

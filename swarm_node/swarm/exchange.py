@@ -34,11 +34,11 @@ from collections import Counter
 from typing import Protocol
 
 from swarm_node import metrics as M
+from swarm_node.config import SwarmConfig
+from swarm_node.net import Received, Transport
 from swarm_node.swarm import Rejected
 from swarm_node.wire.codec import Group, Packet, encode
-from swarm_node.config import SwarmConfig
 from swarm_node.wire.contract import by_reference
-from swarm_node.net import Received, Transport
 
 log = logging.getLogger(__name__)
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)

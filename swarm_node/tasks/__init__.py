@@ -71,8 +71,8 @@ from __future__ import annotations
 
 import os
 
-from swarm_node.tasks.answer import extract_answer
 from swarm_node.errors import SwarmNodeError
+from swarm_node.tasks.answer import extract_answer
 from swarm_node.tasks.base import Example, Task
 
 __all__ = ["Example", "Task", "TASKS", "load_task", "extract_answer"]

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from swarm_node.train.policy import Policy
 from swarm_node.config import NodeConfig
 from swarm_node.errors import SwarmNodeError
-from swarm_node.fsutil import fsync_dir, write_atomic
+from swarm_node.fsutil import write_atomic
+from swarm_node.train.policy import Policy
 
 log = logging.getLogger(__name__)
 KEEP = 2  # complete checkpoints kept on disk

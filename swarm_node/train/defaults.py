@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from swarm_node.train.presets import PRESETS
 from swarm_node.config import NodeConfig
+from swarm_node.train.presets import PRESETS
 
 TINY_LR, TINY_SMALL_BATCH_LR, REAL_LR = 1e-4, 2e-5, 1e-6
 TINY_PROMPTS, REAL_PROMPTS = 16, 2

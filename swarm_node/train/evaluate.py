@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 
+from swarm_node.tasks import Example, Task
 from swarm_node.train.policy import Policy
 from swarm_node.train.rollout import prompt_tokens
 from swarm_node.train.sampling import Sampler
-from swarm_node.tasks import Example, Task
 
 
 def held_out(task: Task, limit: int, split: str = "test") -> list[Example]:

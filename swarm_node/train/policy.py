@@ -15,7 +15,6 @@ or a local directory, e.g. a saved preset).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from swarm_node.tasks import Task
 from swarm_node.tasks.scoring import Scorer, decode, encode
 from swarm_node.train.batch import pad
 from swarm_node.train.models import hub_reachable, model_load_error, resolve_model_name
-from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer, load_tokenizer, preset_model
+from swarm_node.train.presets import PRESETS, char_tokenizer, load_tokenizer, preset_model
 
 log = logging.getLogger(__name__)
 

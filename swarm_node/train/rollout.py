@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from swarm_node import metrics as M
-from swarm_node.train.policy import Policy
-from swarm_node.wire.codec import Completion, Group
 from swarm_node.config import RolloutConfig
-from swarm_node.train.sampling import Sampler
 from swarm_node.tasks import Example, Task
 from swarm_node.tasks.scoring import Scorer
+from swarm_node.train.policy import Policy
+from swarm_node.train.sampling import Sampler
+from swarm_node.wire.codec import Completion, Group
 
 OWN = "self"  # the source of the node's own groups in the buffer
 

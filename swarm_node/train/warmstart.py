@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from swarm_node.train.policy import Policy
 from swarm_node.config import ModelConfig, NodeConfig
-from swarm_node.train.rollout import prompt_tokens
 from swarm_node.tasks import Task
+from swarm_node.train.policy import Policy
+from swarm_node.train.rollout import prompt_tokens
 
 log = logging.getLogger(__name__)
 WARMUP_STEPS = 100

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from swarm_node.commands.demo.live import LiveView, NodeView, summary_markdown, summary_table
 from swarm_node.config import ConfigError, NodeConfig, load_config
 from swarm_node.errors import SwarmNodeError
-from swarm_node.commands.demo.live import LiveView, NodeView, summary_markdown, summary_table
 from swarm_node.harness.process import CHILD_ENV, REPO, NodeFailed, NodeProcess, remember_descendants
 from swarm_node.harness.signals import SIGNALS, Interrupted, start, stop, stop_all_started
 from swarm_node.harness.warmstart import WarmStartError, warm_start

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import torch
 
-from swarm_node.train.policy import Policy
 from swarm_node.errors import SwarmNodeError
+from swarm_node.train.policy import Policy
 from swarm_node.train.sampling import Sample
 
 log = logging.getLogger(__name__)
