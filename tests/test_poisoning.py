@@ -12,6 +12,10 @@ F-TIS for every peer V fell from 0.14 to 0.01 held-out pass@1; with its negative
 to 0.03 (the positives un-teach too: V learns a context in which it never learned the answer);
 with negatives and implausible positives dropped it rose to 0.485 (0.45 with fair arrival too;
 these runs predate the anchored, per-token bar, whose own re-run is in docs/RELIABILITY.md).
+
+With the defences on, every positive the attacker sends is dropped as implausible, so it earns no
+mesh credit and V evicts it as an idle neighbour within a few rounds (swarm/exchange.py `credit`);
+with the paper's objective nothing is dropped and it keeps its slot for all 100 rounds.
 """
 
 import json
@@ -46,13 +50,17 @@ def attacked_swarm(tmp: Path, procs, arm: str) -> tuple[list[dict], list[dict]]:
     evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", "junk",
                               "--peers", v.address(), "--run-id", run, "--model", model,
                               "--groups", "16", "--seconds", "900", "--summary", str(tmp / "attacker.json")]))
-    evil.wait_line("ATTACKER", 180)
+    attacker = evil.wait_line("ATTACKER", 180).split()[1]
     for node in (v, h):
         assert node.wait(900) == 0, node.text()
     evil.popen.terminate()
     assert evil.wait(60) == 0, evil.text()
     offered = json.loads((tmp / "attacker.json").read_text())["rounds"]
-    assert len(offered) >= ROUNDS, evil.text()
+    evicted = [line for line in v.lines if "lost their slot" in line and attacker in line]
+    if arm == "paper":  # nothing of it is dropped: it keeps its slot and attacks every round
+        assert len(offered) >= ROUNDS, evil.text()
+    else:  # every positive of it is implausible: no credit, so V evicts it (it offered until then)
+        assert evicted and len(offered) >= 5, (evil.text(), evicted)
     return v.rows(), h.rows()
 
 

@@ -15,15 +15,12 @@ horizontal mode only round r, since only then are the prompts the same. The tran
 each digest at most once; a packet that claims another sender is not that peer's packet, so the
 (peer, digest) pair is distrusted and the real sender may still deliver it.
 
-Credit (`credit`, after the step): the neighbour that delivered an admitted packet holding at least
-one completion our own reward found correct earns its mesh slot (`Transport.credit`), unless every
-such completion of it that the step took was dropped as implausible (in a private swarm, with
-`trusted_peers`, every admitted packet earns it: its negatives teach too). The mesh keeps neighbours by
-what they delivered, never by what they say (issue 27); a peer whose data never teaches us anything
-(junk, only wrong answers, only implausible ones) earns nothing and loses its slot to a candidate.
-
-Admission (admit.py) is handed in by the node: the exchange asks it about every packet, counts
-its refusals, and returns its statistics with the round's own.
+Credit (`credit`, after the step): the neighbour that delivered an admitted packet (not an echo)
+earns its mesh slot (`Transport.credit`), unless the step dropped every positive of it that it
+took as implausible: a peer that only ever offers completions our own model would not write is
+misbehaving, whatever its packets look like. Wrong answers are not misbehaviour: a weak honest
+peer earns its slot, and keeps the link over which it learns from us. The mesh keeps neighbours
+by what they delivered, never by what they say (issue 27).
 """
 
 from __future__ import annotations
@@ -131,11 +128,9 @@ class Exchange:
         return accepted, stats
 
     def credit(self, accepted: list[tuple[str, Packet]], implausible: set[str]) -> list[str]:
-        """Credit the neighbours whose admitted packets taught us something (see the module docstring):
-        `implausible` are the peers all of whose positives in the step were dropped. Returns them."""
-        trusted = bool(self.cfg.trusted_peers)  # a private swarm: their negatives teach us too
-        earned = sorted({peer for peer, packet in accepted if peer not in implausible and (
-            trusted or any(c.reward > 0 for g in packet.groups for c in g.completions))})
+        """Credit the neighbours that delivered admitted packets, except `implausible`: the peers all
+        of whose positives in the step were dropped (see the module docstring). Returns the credited."""
+        earned = sorted({peer for peer, _ in accepted} - implausible)
         for peer in earned:
             self.transport.credit(peer)
         return earned
