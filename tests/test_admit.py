@@ -178,3 +178,19 @@ def test_ids_our_tokenizer_would_not_give_their_text_are_retokenized(setup):
     kept = Admission(trusted, policy.scorer(task)).check(Received(PEER, ROUND, "sha256:" + "0" * 64,
                                                                   _packet(groups, expect)), ROUND)
     assert kept.groups[0].completions[0].tokens.tolist() == smuggled.tolist()
+
+
+def test_an_echo_re_spelled_in_other_ids_is_still_an_echo(setup):
+    """Our own group with a special token slipped into one completion: new ids, so the hash as sent
+    differs, but retokenized it is our group again; refused as an echo, not trained as the peer's."""
+    import dataclasses
+
+    policy, task, groups, expect = setup
+    admission = Admission(expect, policy.scorer(task))
+    admission.remember_own(groups)
+    c = groups[0].completions[0]
+    respelled = np.concatenate([c.tokens[:1], [policy.tokenizer.unk_token_id], c.tokens[1:]]).astype(np.uint32)
+    groups[0].completions[0] = dataclasses.replace(c, tokens=respelled, logprobs=np.zeros(len(respelled), np.float32))
+    with pytest.raises(Rejected) as e:
+        admission.check(Received(PEER, ROUND, "sha256:" + "0" * 64, _packet(groups[:1], expect)), ROUND)
+    assert e.value.reason == "echo" and "re-spelled" in str(e.value)

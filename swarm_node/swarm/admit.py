@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -52,7 +53,7 @@ from swarm_node.tasks.scoring import Scorer
 from swarm_node.wire.codec import Packet, PacketError, decode
 from swarm_node.wire.contract import prompt_base, prompt_digest
 
-MAX_OWN_GROUPS = 4096  # content hashes of our offered groups remembered (the newest)
+MAX_OWN_GROUPS = 8192  # content hashes of our offered groups remembered, the newest (two per group in an open swarm)
 
 
 def content_hash(group) -> bytes:
@@ -92,11 +93,16 @@ class Admission:
         self.own: OrderedDict[bytes, None] = OrderedDict()  # content hashes of groups we offered, newest last
 
     def remember_own(self, groups: list) -> None:
-        """Our own groups of a round (before they are offered), so their echoes are refused."""
+        """Our own groups of a round (before they are offered), so their echoes are refused: as
+        sampled and, in an open swarm, as our tokenizer spells them (an echo re-spelled in other ids
+        would otherwise pass the first check and be retokenized back into our own group)."""
         for group in groups:
-            h = content_hash(group)
-            self.own.pop(h, None)
-            self.own[h] = None
+            hashes = {content_hash(group)}
+            if not self.expect.trusted_peers:
+                hashes.add(content_hash(self._canonical(group)))
+            for h in hashes:
+                self.own.pop(h, None)
+                self.own[h] = None
         while len(self.own) > MAX_OWN_GROUPS:
             self.own.popitem(last=False)
 
@@ -105,9 +111,12 @@ class Admission:
         packet = self._decode(item, round_index)
         for group in packet.groups:
             self._check_group(group)
-            if content_hash(group) in self.own:  # before retokenizing: we remember our ids as sampled
+            if content_hash(group) in self.own:  # as sent: our ids as sampled
                 raise Rejected("echo", f"{group.example_id} is a group we offered")
         retokenized = 0 if self.expect.trusted_peers else sum(self._retokenize(g) for g in packet.groups)
+        for group in packet.groups if retokenized else []:  # as we would spell it: a re-spelled echo
+            if content_hash(group) in self.own:
+                raise Rejected("echo", f"{group.example_id} is a group we offered, re-spelled")
         claimed = [c.reward for g in packet.groups for c in g.completions]
         self.scorer.score(packet.groups)
         ours = [c.reward for g in packet.groups for c in g.completions]
@@ -163,6 +172,11 @@ class Admission:
         limit = self.expect.max_tokens
         if limit is not None and any(len(c.tokens) > limit for c in group.completions):
             raise Rejected("too_long", f"a completion of {group.example_id} is longer than {limit} tokens")
+
+    def _canonical(self, group):
+        """`group` with every completion's ids in our tokenizer's spelling (a copy; for hashing)."""
+        completions = [SimpleNamespace(tokens=self.scorer.canonical(c.tokens)) for c in group.completions]
+        return SimpleNamespace(example_id=group.example_id, prompt_tokens=group.prompt_tokens, completions=completions)
 
     def _retokenize(self, group) -> int:
         """Replace completions not in our tokenizer's canonical form by that form (in place); how many."""
