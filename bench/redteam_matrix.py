@@ -11,7 +11,8 @@ runs one cell at a time, and before each cell waits, polling every 30 s, while a
 else's CI, demo or pytest runs. No cell starts after --until (UTC, HH:MM). `--table` prints the table
 of what exists and exits. The table, per kind: V's and H's held-out pass@1 at the last round minus the
 baseline of the same seed (mean over the seeds, and the worst seed), the attack's and the honest
-peer's shares of the groups V trained on from peers, and V's implausible-positive fraction.
+peer's shares of the groups V trained on from peers, V's implausible-positive fraction, and how many
+neighbours V's mesh credited (mean over rounds of swarm/mesh_credited; H alone is 1).
 """
 from __future__ import annotations
 
@@ -81,8 +82,8 @@ def table(runs: list[dict], rounds: int) -> str:
     runs = [r for r in runs if r["rounds"] == rounds]
     base = {r["seed"]: r for r in runs if r["kind"] == "none"}
     lines = ["| kind | seeds | V pass@1 end (baseline) | V - baseline: mean, worst | H pass@1 end (baseline) | "
-             "H - baseline: mean, worst | attacker share | honest share | V implausible frac |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "H - baseline: mean, worst | attacker share | honest share | V implausible frac | V credited |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     kinds += sorted({r["kind"] for r in runs} - set(kinds))
     for kind in kinds:
@@ -100,7 +101,8 @@ def table(runs: list[dict], rounds: int) -> str:
         lines.append(f"| {kind} | {len(cells)} ({', '.join(str(r['seed']) for r in cells)}) | {v.mean():.3f} ({vb.mean():.3f}) | "
                      f"{(v - vb).mean():+.3f}, {(v - vb).min():+.3f} | {h.mean():.3f} ({hb.mean():.3f}) | "
                      f"{(h - hb).mean():+.3f}, {(h - hb).min():+.3f} | {attack:.2f} | {honest:.2f} | "
-                     f"{np.mean([r['peer_implausible_frac_mean'] for r in cells]):.3f} |")
+                     f"{np.mean([r['peer_implausible_frac_mean'] for r in cells]):.3f} | "
+                     f"{np.mean([r.get('mesh_credited_mean', np.nan) for r in cells]):.2f} |")
     return "\n".join(lines)
 
 
