@@ -7,7 +7,8 @@ adaptive attacker kind of swarm_node/harness/poisoner.py.
 
 Prints V's and H's held-out pass@1 at round 0 and at the end, the means of train/peer_negatives_frac and
 train/peer_implausible_frac over V's steps, and the per-peer group counts of V's "trains on peer groups"
-log lines; appends the result to bench/results/redteam_poisoning.json.
+log lines; appends the result to bench/results/redteam_poisoning.json. bench/redteam_matrix.py runs
+`run_swarm` over kinds and seeds.
 """
 from __future__ import annotations
 
@@ -29,29 +30,25 @@ from swarm_node.harness.warmstart import public_warm_start
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kind", required=True)
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--attackers", type=int, default=1, help="attacker processes (distinct peer ids)")
-    ap.add_argument("--attacker-args", default="", help="extra arguments for swarm_node.harness.poisoner")
-    ap.add_argument("--results", default=str(ROOT / "bench" / "results" / "redteam_poisoning.json"))
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{args.kind}-"))
-    run, model = f"redteam-{args.kind}", public_warm_start(VICTIM_WARMSTART_STEPS)
+def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", seed: int = 0) -> dict:
+    """V + H + `attackers` poisoner processes of `kind` for `rounds` rounds; V's and H's held-out pass@1 at
+    round 0 and at the end, V's defence metrics and the groups per peer of V's steps. Seed s: V trains
+    with train.seed 2s, H with 2s + 1, attacker k with --seed 10s + k (s = 0: this script's old runs)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{kind}-{seed}-"))
+    run, model = f"redteam-{kind}-{seed}", public_warm_start(VICTIM_WARMSTART_STEPS)
     started, t0 = [], time.time()
     try:
-        v = NodeProcess.join([*victim_args(args.rounds), "--run-id", run, "--set", "train.seed=0"], tmp / "victim")
+        v = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
         started.append(v.start())
-        h = NodeProcess.join([*victim_args(args.rounds), "--run-id", run, "--set", "train.seed=1", "--peers", v.address()],
-                             tmp / "honest")
+        h = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
+                              "--peers", v.address()], tmp / "honest")
         started.append(h.start())
         evils = []
-        for k in range(args.attackers):
-            e = NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", args.kind, "--peers",
+        for k in range(attackers):
+            e = NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
                              v.address(), "--run-id", run, "--model", model, "--groups", "16", "--seconds", "1500",
-                             "--seed", str(k), "--summary", str(tmp / f"attacker{k}.json"), *args.attacker_args.split()],
-                            log=tmp / f"attacker{k}.log")
+                             "--seed", str(10 * seed + k), "--summary", str(tmp / f"attacker{k}.json"),
+                             *attacker_args.split()], log=tmp / f"attacker{k}.log")
             started.append(e.start())
             evils.append(e)
         ids = [e.wait_line("ATTACKER ", 300).split()[1] for e in evils]
@@ -61,7 +58,7 @@ def main() -> int:
             e.popen.terminate()
             e.wait(60)
         v_rows, h_rows = v.rows(), h.rows()
-        summaries = [json.loads((tmp / f"attacker{k}.json").read_text()) for k in range(args.attackers)]
+        summaries = [json.loads((tmp / f"attacker{k}.json").read_text()) for k in range(attackers)]
         log = (tmp / "victim" / "node.log").read_text() if (tmp / "victim" / "node.log").exists() else ""
         per_peer: collections.Counter = collections.Counter()
         n_lines = 0
@@ -72,29 +69,42 @@ def main() -> int:
         label = {i: f"attacker{k}" for k, i in enumerate(ids)}
         per_peer_named = {label.get(p, "honest"): n for p, n in per_peer.items()}
         mean = lambda key: float(np.mean([r.get(key, 0.0) for r in v_rows[1:]]))  # noqa: E731
-        res = {"kind": args.kind, "attackers": args.attackers, "attacker_args": args.attacker_args, "rounds": args.rounds,
-               "victim": [v_rows[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]],
-               "honest": [h_rows[0]["eval/accuracy"], h_rows[-1]["eval/accuracy"]],
-               "victim_rounds": len(v_rows) - 1,
-               "peer_negatives_frac_mean": mean("train/peer_negatives_frac"),
-               "peer_implausible_frac_mean": mean("train/peer_implausible_frac"),
-               "peer_groups_used": int(sum(r.get("swarm/peer_groups_used", 0) for r in v_rows[1:])),
-               "trains_on_lines": n_lines, "groups_per_peer": per_peer_named,
-               "attacker_screen": [s.get("screen") for s in summaries],
-               "attacker_floor_estimate": [s.get("floor_estimate") for s in summaries],
-               "attacker_rounds_offered": [len(s["rounds"]) for s in summaries],
-               "wall_s": round(time.time() - t0, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        print(json.dumps(res, indent=1))
-        path = Path(args.results)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        allres = json.loads(path.read_text()) if path.exists() else []
-        (allres["runs"] if isinstance(allres, dict) else allres).append(res)
-        path.write_text(json.dumps(allres, indent=1) + "\n")
-        return 0
+        return {"kind": kind, "seed": seed, "attackers": attackers, "attacker_args": attacker_args, "rounds": rounds,
+                "victim": [v_rows[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]],
+                "honest": [h_rows[0]["eval/accuracy"], h_rows[-1]["eval/accuracy"]],
+                "victim_rounds": len(v_rows) - 1,
+                "peer_negatives_frac_mean": mean("train/peer_negatives_frac"),
+                "peer_implausible_frac_mean": mean("train/peer_implausible_frac"),
+                "peer_groups_used": int(sum(r.get("swarm/peer_groups_used", 0) for r in v_rows[1:])),
+                "mesh_credited_mean": mean("swarm/mesh_credited"),
+                "trains_on_lines": n_lines, "groups_per_peer": per_peer_named,
+                "attacker_screen": [s.get("screen") for s in summaries],
+                "attacker_floor_estimate": [s.get("floor_estimate") for s in summaries],
+                "attacker_rounds_offered": [len(s["rounds"]) for s in summaries],
+                "wall_s": round(time.time() - t0, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     finally:
         for p in started:
             p.kill()
         print("work dir:", tmp)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", required=True)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--attackers", type=int, default=1, help="attacker processes (distinct peer ids)")
+    ap.add_argument("--attacker-args", default="", help="extra arguments for swarm_node.harness.poisoner")
+    ap.add_argument("--seed", type=int, default=0, help="run_swarm's seed")
+    ap.add_argument("--results", default=str(ROOT / "bench" / "results" / "redteam_poisoning.json"))
+    args = ap.parse_args()
+    res = run_swarm(args.kind, args.rounds, args.attackers, args.attacker_args, args.seed)
+    print(json.dumps(res, indent=1))
+    path = Path(args.results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    allres = json.loads(path.read_text()) if path.exists() else []
+    (allres["runs"] if isinstance(allres, dict) else allres).append(res)
+    path.write_text(json.dumps(allres, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

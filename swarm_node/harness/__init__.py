@@ -13,7 +13,8 @@
     adversary.py    `python -m swarm_node.harness.adversary`: malformed, forged, flooding, stalling,
                     echoing peers (tests/test_reliability.py, bench/chaos.py)
     poisoner.py     `python -m swarm_node.harness.poisoner`: packets that pass every check and un-teach
-                    (tests/test_poisoning.py, bench/poisoning.py, bench/redteam_*.py)
+                    (tests/test_poisoning.py, bench/poisoning.py, bench/redteam_*.py);
+    poison_kinds.py the groups of its red-team matrix kinds (bench/redteam_matrix.py)
 
 Programs here learn about a node only from the files it writes in its --out directory and its
 output. This layer sits above node.py and below commands/: it must not import commands/. Nothing

@@ -19,6 +19,36 @@ goes stale as the victim learns; this is the attack as the independent attacker 
 
     python -m swarm_node.harness.poisoner --peers MADDR --run-id RUN --model PATH --summary out.json
 
+Issue 26's matrix kinds (bench/redteam_matrix.py; the groups are built in poison_kinds.py). Unless
+said otherwise the claimed log-probs are the public model's own and half of a group is positive:
+  * zeros         correct answers with leading zeros (`#### 0073`, reward 1), beside wrong answers of the
+                  victim's own form: a reward-equivalent spelling the victim never writes.
+  * noncanonical  the reference text spelled with ids the victim's tokenizer never produces: special
+                  tokens (unk, pad) interleaved, which decoding drops (the tiny models' character
+                  tokenizer has no other second spelling). Same text, same reward.
+  * synonyms      reference positives, and negatives one edit away from the right line (`#### 7 3`,
+                  `### 73`, `#### 73%`, reward 0; `####73` is not one: the reward accepts it): they
+                  would push down the very characters the victim writes when it is right.
+  * onepositive   junk's attack with 1 positive and G - 1 negatives: one correct completion with the
+                  largest advantage a group can give it ((G - 1) / sqrt(G - 1) ~ 3.2 at G = 12).
+  * padded        positives padded up to the completion limit with filler sampled from the public
+                  model (the likeliest-looking text that keeps the format: no `#`), then the answer
+                  line: teaches spending the completion budget before answering.
+  * late          a sleeper: the public model's own samples, honestly scored, for --late-round (50)
+                  rounds (earns its mesh slot), then the original `forged` attack.
+  Designed here against the current defences (both clear every check and the plausibility bars):
+  * skew          selection, not spelling: only train examples whose answer ends in --digit (0), each
+                  group one reference positive (screened against both estimated bars: the victim's own
+                  `#### <n>`, verified correct) and G - 1 wrong answers, whose zero weight at the victim
+                  still makes the positive's advantage ~3.2. Every completion it teaches is correct and
+                  plausible; the distribution of answers it teaches is not.
+  * slotkeep      keeps its mesh slot (`Exchange.credit`) without teaching anything: the first group of
+                  each packet has G correct junk-prefixed completions (`kq\n#### 73`). Zero spread, so
+                  advantage 0: the trainer never runs them, so never drops them as implausible, and
+                  the credit rule ("a correct completion not dropped as implausible") pays. The rest
+                  are junk groups. Run as several ids, it also takes V's per-step peer slots
+                  (round-robin, `max_peer_share` each) from the honest peer.
+
 It offers each round's packet --ahead (3) rounds before the honest peers reach it, so it is there
 when they collect. Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
 `ATTACKER <peer id>` once it is up.
@@ -34,6 +64,7 @@ import time
 import numpy as np
 
 from swarm_node.config import SwarmConfig
+from swarm_node.harness import poison_kinds
 from swarm_node.harness.hostile import HostileTransport, PublicModel, Summary, honest_rounds, run_peer
 
 JUNK = "0123456789abcdefghijklmnopqrstuvwxyz +-="
@@ -70,6 +101,8 @@ def victim_args(rounds: int) -> list[str]:
 #           with it the floor drop (measured -1.7 -> -2.55 nats/token), so needles that the round-0
 #           floor rejects pass later.
 ADAPTIVE = ("needle", "format", "decoy", "ratchet")
+MATRIX = ("zeros", "noncanonical", "synonyms", "onepositive", "padded", "late", "skew", "slotkeep")
+KINDS = ("forged", "junk", *ADAPTIVE, *MATRIX)
 FORMAT_VARIANTS = ("#### 0{a}", "#### 00{a}", "#### {a}.", "#### +{a}", "#### {a}.0", "#### {a}.00", " #### {a}", "#### ${a}",
                    "####  {a}", "#### {a} ", "#### {a}\n", "#### {a}\n\n", "#### {a} \n", "#### {a}.0\n", "#### **{a}**")
 
@@ -89,10 +122,15 @@ class Poisoner(PublicModel):
     """Builds the poisoned packets from the task's train prompts and the public model."""
 
     def __init__(self, args, peer_id: str):
+        import torch
+
         super().__init__(args.model, args.task_options, args.run_id, peer_id)
         self.args = args
         self.max_tokens = args.max_new_tokens or self.task.max_new_tokens
         self.rng = random.Random(args.seed)
+        self.torch_rng = torch.Generator().manual_seed(args.seed)  # padded's filler
+        self.token_floor = -math.inf  # the victim's worst-token bar, estimated with floor_estimate
+        self.pool = poison_kinds.skewed_examples(self.task, args.digit) if args.kind == "skew" else None
 
     def wrong_completion(self, reference: str, example) -> list[int]:
         """The right answer line, then junk up to the length limit; reward 0 (checked)."""
@@ -103,39 +141,38 @@ class Poisoner(PublicModel):
                 return tokens
         raise RuntimeError("could not build a wrong completion")
 
-    def junk_group(self, example):
-        """Issue 26's attack: G/2 correct completions with 1-3 junk characters and a newline before the
-        answer line (`kq\n#### 73`, reward 1) and G/2 wrong ones, the right answer line followed by
-        junk (`#### 73\nZ`, reward 0). The negatives push down the gold digits in the context the
-        victim decodes; the positives push them up only after a prefix it never writes. Claimed
-        log-probs are the public model's own (no forgery needed)."""
-        from swarm_node.wire.codec import Completion, Group
+    def junk_group(self, example, n_right: int | None = None):
+        """Issue 26's attack: G/2 (or `n_right`) correct completions with 1-3 junk characters and a
+        newline before the answer line (`kq\n#### 73`, reward 1) and the rest wrong ones, the right
+        answer line followed by junk (`#### 73\nZ`, reward 0). The negatives push down the gold digits
+        in the context the victim decodes; the positives push them up only after a prefix it never
+        writes. Claimed log-probs are the public model's own (no forgery needed)."""
         from swarm_node.train.rollout import prompt_tokens
 
         prompt = prompt_tokens(self.policy, self.task, example)
         reference = self.task.reference_completion(example)
         eos = [self.policy.eos_id]
-        half, letters = self.args.group_size // 2, JUNK[10:36]
+        half = self.args.group_size // 2 if n_right is None else n_right
+        letters = JUNK[10:36]
         right = [(self.policy.encode("".join(self.rng.choice(letters) for _ in range(self.rng.randint(1, 3)))
                                      + "\n" + reference) + eos)[:self.max_tokens] for _ in range(half)]
         wrong = [(self.policy.encode(reference + "\n" + self.rng.choice(letters)) + eos)[:self.max_tokens]
                  for _ in range(self.args.group_size - half)]
-        assert all(self.task.reward(self.policy.decode(t), example) == 1.0 for t in right), "a positive scores 0"
-        assert all(self.task.reward(self.policy.decode(t), example) == 0.0 for t in wrong), "a negative scores 1"
-        samples = right + wrong
-        logp, _ = self.policy.token_logprobs([prompt] * len(samples), samples, 1.0, 64)  # [G, T]
-        completions = [Completion(np.asarray(t, np.uint32), logp[i, :len(t)].double().clamp(max=0).numpy().astype(np.float32),
-                                  "stop", float(i < half)) for i, t in enumerate(samples)]
-        return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), completions)
+        return poison_kinds.completions(self, example, prompt, right + wrong, [1.0] * len(right) + [0.0] * len(wrong))
 
     def group(self, example):
         from swarm_node.wire.codec import Completion, Group
         from swarm_node.train.rollout import prompt_tokens
 
-        if self.args.kind == "junk":
+        kind = self.args.kind
+        if kind == "late" and self.round < self.args.late_round or self.round < self.args.honest_rounds:
+            return self.honest_group(example)
+        if kind == "junk":
             return self.junk_group(example)
-        if self.args.kind in ADAPTIVE:
+        if kind in ADAPTIVE:
             return self.adaptive_group(example)
+        if kind in MATRIX and kind != "late":
+            return getattr(poison_kinds, kind)(self, example, prompt_tokens(self.policy, self.task, example))
         prompt = prompt_tokens(self.policy, self.task, example)
         reference = self.task.reference_completion(example)
         right = (self.policy.encode(reference) + [self.policy.eos_id])[:self.max_tokens]
@@ -149,6 +186,19 @@ class Poisoner(PublicModel):
             completions.append(Completion(np.asarray(tokens, np.uint32), np.minimum(claimed, 0.0).astype(np.float32),
                                           "length", 0.0))
         return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), completions)
+
+    def honest_group(self, example):
+        """A sleeper's group: the public model's own samples, true log-probs, honestly scored."""
+        from swarm_node.train.rollout import prompt_tokens
+        from swarm_node.train.sampling.hf import HFSampler
+        from swarm_node.wire.codec import Completion, Group
+
+        prompt = prompt_tokens(self.policy, self.task, example)
+        samples = HFSampler(self.policy).sample([prompt], self.args.group_size, self.max_tokens, 1.0,
+                                                self.rng.getrandbits(31))[0]
+        comps = [Completion(np.asarray(s.tokens, np.uint32), np.asarray(s.logprobs, np.float32), s.finish_reason,
+                            self.task.reward(self.policy.decode(s.tokens), example)) for s in samples]
+        return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
 
     # ---- adaptive kinds -------------------------------------------------------------------------
     def floor_estimate(self) -> float:
@@ -168,9 +218,11 @@ class Poisoner(PublicModel):
             with torch.no_grad():
                 samples = HFSampler(self.policy).sample(prompts, self.args.group_size, self.max_tokens, 1.0, 1234)
             means = [float(np.mean(s.logprobs)) for g in samples for s in g if len(s.logprobs)]
+            worst = [float(np.min(s.logprobs)) for g in samples for s in g if len(s.logprobs)]
             self._floor = float(np.percentile(means, 5)) - self.args.margin
+            self.token_floor = float(np.percentile(worst, 5)) - self.args.margin
             self.screen = {"candidates": 0, "passing": 0, "positives": 0, "fallback": 0,
-                           "q05_own_estimate": float(np.percentile(means, 5))}
+                           "q05_own_estimate": float(np.percentile(means, 5)), "token_floor_estimate": self.token_floor}
         return self._floor
 
     def _candidates(self, example, reference: str) -> list[str]:
@@ -196,9 +248,9 @@ class Poisoner(PublicModel):
                 keep.append(toks)
         return keep
 
-    def _wrong(self, example, reference: str, k: int) -> list[list[int]]:
+    def wrong_answers(self, example, k: int) -> list[list[int]]:
         """k short wrong answers of the victim's own form ("#### <n +- d>"), reward 0."""
-        answer = int(reference.split("####", 1)[1].strip())
+        answer = int(self.task.reference_completion(example).split("####", 1)[1].strip())
         out = []
         for d in (1, -1, 2, -2, 10, -10, 3, -3, 11, -11, 5, -5):
             toks = self.policy.encode(f"#### {answer + d}") + [self.policy.eos_id]
@@ -214,12 +266,6 @@ class Poisoner(PublicModel):
 
         prompt = prompt_tokens(self.policy, self.task, example)
         G, half = self.args.group_size, self.args.group_size // 2
-        if self.round < self.args.honest_rounds:  # sleeper: the public model's own samples, honestly scored
-            from swarm_node.train.sampling.hf import HFSampler
-            samples = HFSampler(self.policy).sample([prompt], G, self.max_tokens, 1.0, self.rng.getrandbits(31))[0]
-            comps = [Completion(np.asarray(s.tokens, np.uint32), np.asarray(s.logprobs, np.float32), s.finish_reason,
-                                self.task.reward(self.policy.decode(s.tokens), example)) for s in samples]
-            return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
         reference = self.task.reference_completion(example)
         floor = self.floor_estimate() + self.args.safety
         if self.args.kind == "ratchet" and self.round >= self.args.switch_round:
@@ -241,7 +287,7 @@ class Poisoner(PublicModel):
             t = cands[i]
             claimed = (logp[i, :len(t)].double() - 5.0).clamp(min=-30).numpy().astype(np.float32)  # weight C on every token
             comps.append(Completion(np.asarray(t, np.uint32), claimed, "stop", 1.0))
-        wrong = self._wrong(example, reference, G - half)
+        wrong = self.wrong_answers(example, G - half)
         wlogp, _ = self.policy.token_logprobs([prompt] * len(wrong), wrong, 1.0, 64)
         for i, t in enumerate(wrong):
             comps.append(Completion(np.asarray(t, np.uint32), wlogp[i, :len(t)].double().clamp(max=0).numpy().astype(np.float32),
@@ -256,10 +302,32 @@ class Poisoner(PublicModel):
         from swarm_node.wire.codec import encode
 
         self.round = r
-        examples = round_examples(self.task, r, self.args.groups, f"poison/{self.args.seed}")
         with torch.no_grad():
-            groups = [self.group(ex) for ex in examples]
+            examples = round_examples(self.task, r, self.args.groups, f"poison/{self.args.seed}")
+            if self.args.kind == "skew":
+                groups = self.skewed_groups(r)
+            elif self.args.kind == "slotkeep":
+                groups = [self.junk_group(examples[0], self.args.group_size), *map(self.junk_group, examples[1:])]
+            else:
+                groups = [self.group(ex) for ex in examples]
         return encode(self.packet(r, groups))
+
+    def skewed_groups(self, r: int) -> list:
+        """skew's --groups groups, from the pool; examples whose reference fails the estimated bars are
+        skipped (at most 20 draws a group: a packet may come out short)."""
+        from swarm_node.train.rollout import prompt_tokens
+
+        train, rng, groups = self.task.split("train"), random.Random(f"poison/{self.args.seed}/{r}"), []
+        for _ in range(20 * self.args.groups):
+            if len(groups) == self.args.groups:
+                break
+            ex = train[rng.choice(self.pool)]
+            g = poison_kinds.skew(self, ex, prompt_tokens(self.policy, self.task, ex))
+            self.screen["candidates"] += 1
+            if g is not None:
+                groups.append(g)
+        self.screen["passing"] += len(groups)
+        return groups
 
 
 def main() -> int:
@@ -268,9 +336,9 @@ def main() -> int:
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--model", required=True, help="the public warm-started model directory")
     ap.add_argument("--task-options", default="{}")
-    ap.add_argument("--kind", choices=["forged", "junk", *ADAPTIVE], default="forged",
+    ap.add_argument("--kind", choices=KINDS, default="forged",
                     help="forged: one correct + G-1 wrong completions with forged log-probs (issue 18); "
-                         "junk: junk-prefixed positives and junk-suffixed negatives (issue 26)")
+                         "junk: junk-prefixed positives and junk-suffixed negatives (issue 26); the rest: module docstring")
     ap.add_argument("--group-size", type=int, default=12)
     ap.add_argument("--groups", type=int, default=24, help="groups per packet")
     ap.add_argument("--max-new-tokens", type=int, default=None)
@@ -287,6 +355,8 @@ def main() -> int:
     ap.add_argument("--floor2", type=float, default=-2.5, help="ratchet: the floor assumed in the needle phase")
     ap.add_argument("--honest-rounds", type=int, default=0,
                     help="adaptive kinds: send honest groups (the public model's own samples, true log-probs) for this many rounds first")
+    ap.add_argument("--late-round", type=int, default=50, help="late: first round of the forged attack")
+    ap.add_argument("--digit", type=int, default=0, help="skew: the last digit of every answer taught")
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
@@ -301,14 +371,15 @@ def poison(swarm: HostileTransport, summary: Summary, args) -> int:
     poisoner = Poisoner(args, swarm.peer_id)
     swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
     print(f"ATTACKER {swarm.peer_id}", flush=True)
-    if args.kind in ADAPTIVE:
+    screened = (*ADAPTIVE, "skew")
+    if args.kind in screened:
         summary["floor_estimate"] = poisoner.floor_estimate()
         print(f"ATTACKER floor estimate {summary['floor_estimate']:.3f}", flush=True)
     # with several attacker ids, each announces rounds ahead: following the newest round would make
-    # them ratchet each other away from the honest nodes' window, so the adaptive kinds follow the oldest
-    follow = min if args.kind in ADAPTIVE else max
+    # them ratchet each other away from the honest nodes' window (seen: 4 ids offered round 500 in a
+    # 15-round run), so every kind follows the oldest
     offered = 0
-    for r, _ in honest_rounds(swarm, time.monotonic() + args.seconds, follow, poll_s=0.05):
+    for r, _ in honest_rounds(swarm, time.monotonic() + args.seconds, min, poll_s=0.05):
         for target in range(max(r, offered + 1), r + args.ahead + 1):  # ready before they are asked for
             data = poisoner.poisoned(target)
             swarm.offer(target, target, data)
@@ -316,7 +387,7 @@ def poison(swarm: HostileTransport, summary: Summary, args) -> int:
             summary["bytes"] += len(data)
             offered = target
         print(f"round {r}: offered up to {offered}", flush=True)
-        if args.kind in ADAPTIVE:
+        if args.kind in screened:
             summary["screen"] = poisoner.screen
     return 0
 

@@ -1,0 +1,150 @@
+"""Issue 26's poisoning red-team matrix: every attacker kind of swarm_node/harness/poisoner.py against
+V + H at the project defaults (redteam_poisoning.run_swarm), >= 3 seeds each, beside paired no-attack
+baselines with the same seeds, so a kind's effect is its difference from the baseline of its seed.
+
+    PYTHONPATH=. .venv/bin/python bench/redteam_matrix.py --seeds 0 1 2 --rounds 100 --until 11:15
+
+Resumable: each cell (kind, seed) is appended to bench/results/redteam_matrix.json as soon as it ends
+and a rerun skips the cells already there, so the run may be killed at any time (a killed cell is
+redone). Polite on a shared machine: the process lowers its priority to nice 10 (its nodes inherit it),
+runs one cell at a time, and before each cell waits, polling every 30 s, while a process of someone
+else's CI, demo or pytest runs. No cell starts after --until (UTC, HH:MM). `--table` prints the table
+of what exists and exits. The table, per kind: V's and H's held-out pass@1 at the last round minus the
+baseline of the same seed (mean over the seeds, and the worst seed), the attack's and the honest
+peer's shares of the groups V trained on from peers, V's implausible-positive fraction, and how many
+neighbours V's mesh credited (mean over rounds of swarm/mesh_credited; H alone is 1).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.redteam_poisoning import run_swarm
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "redteam_matrix.json"
+# kind -> (attacker processes, extra poisoner arguments), in the order the matrix runs them
+KINDS = {
+    "none": (0, ""),
+    "forged": (2, ""),
+    "skew": (2, ""), "slotkeep": (4, ""),
+    "zeros": (2, ""), "noncanonical": (2, ""), "synonyms": (2, ""), "onepositive": (2, ""), "padded": (2, ""),
+    "late": (2, ""), "junk": (2, ""),
+    "format": (2, ""), "needle": (2, ""), "decoy": (2, ""),
+    "ratchet": (2, "--safety 0 --floor -1.65 --floor2 -2.5 --switch-round 40"),
+}
+BUSY = "ci/run|swarm-node demo|pytest"  # other people's work this machine is shared with
+POLL_S = 30
+
+
+def ours() -> set[int]:
+    """This process and its descendants."""
+    import psutil
+
+    me = psutil.Process()
+    return {me.pid, *(c.pid for c in me.children(recursive=True))}
+
+
+def others_busy() -> list[str]:
+    out = subprocess.run(["pgrep", "-af", BUSY], capture_output=True, text=True, timeout=30).stdout.splitlines()
+    mine = ours()
+    return [line for line in out if int(line.split()[0]) not in mine]
+
+
+def wait_for_quiet(until: dt.datetime) -> bool:
+    """Sleep-poll every POLL_S while others' CI/demo/pytest run; False if `until` came first."""
+    while (busy := others_busy()):
+        if dt.datetime.now(dt.timezone.utc) >= until:
+            return False
+        print(f"{time.strftime('%H:%M:%S')} waiting: {busy[0][:100]}", flush=True)
+        time.sleep(POLL_S)
+    return dt.datetime.now(dt.timezone.utc) < until
+
+
+def load(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["runs"] if path.exists() else []
+
+
+def key(cell: dict) -> tuple:
+    return cell["kind"], cell["seed"], cell["rounds"], cell["attackers"], cell["attacker_args"]
+
+
+def table(runs: list[dict], rounds: int) -> str:
+    """The markdown table of the matrix (kinds in KINDS order, then any others)."""
+    runs = [r for r in runs if r["rounds"] == rounds]
+    base = {r["seed"]: r for r in runs if r["kind"] == "none"}
+    lines = ["| kind | seeds | V pass@1 end (baseline) | V - baseline: mean, worst | H pass@1 end (baseline) | "
+             "H - baseline: mean, worst | attacker share | honest share | V implausible frac | V credited |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
+    kinds += sorted({r["kind"] for r in runs} - set(kinds))
+    for kind in kinds:
+        cells = [r for r in runs if r["kind"] == kind and (kind == "none" or r["seed"] in base)]
+        if not cells:
+            continue
+        b = [base[r["seed"]] if kind != "none" else r for r in cells]
+        v, vb = np.array([r["victim"][1] for r in cells]), np.array([r["victim"][1] for r in b])
+        h, hb = np.array([r["honest"][1] for r in cells]), np.array([r["honest"][1] for r in b])
+        shares = [(sum(n for p, n in r["groups_per_peer"].items() if p != "honest"), r["groups_per_peer"].get("honest", 0))
+                  for r in cells]
+        total = [max(a + o, 1) for a, o in shares]
+        attack = np.mean([a / t for (a, _), t in zip(shares, total)])
+        honest = np.mean([o / t for (_, o), t in zip(shares, total)])
+        lines.append(f"| {kind} | {len(cells)} ({', '.join(str(r['seed']) for r in cells)}) | {v.mean():.3f} ({vb.mean():.3f}) | "
+                     f"{(v - vb).mean():+.3f}, {(v - vb).min():+.3f} | {h.mean():.3f} ({hb.mean():.3f}) | "
+                     f"{(h - hb).mean():+.3f}, {(h - hb).min():+.3f} | {attack:.2f} | {honest:.2f} | "
+                     f"{np.mean([r['peer_implausible_frac_mean'] for r in cells]):.3f} | "
+                     f"{np.mean([r.get('mesh_credited_mean', np.nan) for r in cells]):.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--until", default="23:59", help="UTC HH:MM: no cell starts after it")
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--table", action="store_true", help="print the table of the results and exit")
+    args = ap.parse_args()
+    path = Path(args.results)
+    if args.table:
+        print(table(load(path), args.rounds))
+        return 0
+    os.nice(max(0, 10 - os.nice(0)))
+    now = dt.datetime.now(dt.timezone.utc)
+    hh, mm = map(int, args.until.split(":"))
+    until = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    cells = [(kind, seed) for kind in ["none", *[k for k in args.kinds if k != "none"]] for seed in args.seeds
+             if kind in args.kinds or kind == "none"]
+    for kind, seed in cells:
+        attackers, extra = KINDS[kind]
+        cell = {"kind": kind, "seed": seed, "rounds": args.rounds, "attackers": attackers, "attacker_args": extra}
+        if key(cell) in {key(r) for r in load(path)}:
+            continue
+        if not wait_for_quiet(until):
+            print(f"--until {args.until} reached: stopping before {kind} seed {seed}", flush=True)
+            break
+        print(f"{time.strftime('%H:%M:%S')} cell {kind} seed {seed}", flush=True)
+        res = run_swarm(kind, args.rounds, attackers, extra, seed)
+        runs = load(path) + [res]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+        tmp.replace(path)
+        print(f"{time.strftime('%H:%M:%S')} {kind} seed {seed}: V {res['victim']} H {res['honest']} "
+              f"groups {res['groups_per_peer']} ({res['wall_s']} s)", flush=True)
+    print(table(load(path), args.rounds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

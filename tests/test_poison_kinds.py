@@ -1,0 +1,47 @@
+"""The red-team matrix's attacker kinds (swarm_node/harness/poisoner.py, poison_kinds.py) build what
+their docstrings say, and every packet passes a victim's admission: the kinds test the trainer's
+defences, not the admission checks. In process, on an untrained tiny-s (no warm start needed)."""
+
+import argparse
+
+import pytest
+
+from swarm_node.harness.poisoner import MATRIX, Poisoner
+from swarm_node.net import Received
+from swarm_node.swarm.admit import Admission, Expectations
+
+ROUND = 60  # past `late`'s honest phase
+
+
+def poisoner(kind: str) -> Poisoner:
+    args = argparse.Namespace(model="tiny-s", task_options="{}", run_id="run", kind=kind, group_size=12, groups=4,
+                              max_new_tokens=None, cap=2.0, target_divergence=10.0, seed=0, margin=1.0, safety=0.0,
+                              floor=-100.0, switch_round=40, floor2=-2.5, honest_rounds=0, late_round=50, digit=0)
+    p = Poisoner(args, "QmPoisoner")
+    p.floor_estimate()  # --floor given: the mean bar; the worst-token bar stays -inf
+    return p
+
+
+@pytest.mark.parametrize("kind", MATRIX)
+def test_every_matrix_kind_passes_admission_with_the_rewards_it_claims(kind):
+    p = poisoner(kind)
+    admission = Admission(Expectations(run_id="run", tokenizer=p.tokenizer, staleness=2, max_tokens=p.max_tokens,
+                                       group_size=12), p.policy.scorer(p.task))
+    packet = admission.check(Received("QmPoisoner", ROUND, "sha256:" + "0" * 64, p.poisoned(ROUND)), ROUND)
+    assert len(packet.groups) == 4 and all(len(g.completions) == 12 for g in packet.groups)
+    texts = [[p.policy.decode(c.tokens) for c in g.completions] for g in packet.groups]
+    positives = [sum(c.reward for c in g.completions) for g in packet.groups]
+    one = ("onepositive", "skew", "late")  # late is forged by now: one positive a group, as forged
+    expected = {"slotkeep": [12.0, 6.0, 6.0, 6.0]}.get(kind, [1.0] * 4 if kind in one else [6.0] * 4)
+    assert positives == expected  # slotkeep: one all-correct group (earns the credit), then junk groups
+    first = texts[0]
+    if kind == "zeros":
+        assert all(t.startswith("#### 0") for t, c in zip(first, packet.groups[0].completions) if c.reward)
+    if kind == "noncanonical":  # the victim retokenized every positive (the special tokens are gone)
+        assert admission.take_stats()["swarm/completions_retokenized"] == 4 * 6
+    if kind == "synonyms":
+        assert len({t for t, c in zip(first, packet.groups[0].completions) if not c.reward}) >= 3
+    if kind == "padded":
+        assert all(len(c.tokens) == p.max_tokens for c in packet.groups[0].completions if c.reward)
+    if kind == "skew":
+        assert all(p.task.example(g.example_id).answer.endswith("0") for g in packet.groups)
