@@ -230,7 +230,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                                                untrusted=[s != OWN and s not in trusted for s in sources])
                 row.update(trainer.step(batch))
                 if exchange is not None:  # the mesh keeps the neighbours whose data taught us something
-                    exchange.credit(accepted, implausible_only(sources, batch.rewards > 0, trainer.implausible))
+                    exchange.credit(accepted, set(sources) - {OWN},
+                                    implausible_only(sources, batch.rewards > 0, trainer.implausible))
 
                 # ---------------------------------------------------------------- sync weights
                 sampler.sync(policy, trainer.policy_version)
@@ -277,7 +278,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
 
 
 def implausible_only(sources: list[str], positive, dropped) -> set[str]:
-    """Peers whose positives in this step were all dropped as implausible (positive, dropped: [N] bool)."""
+    """Peers whose positives in this step were all found implausible (positive, dropped: [N] bool)."""
     taken = Counter(s for s, p in zip(sources, positive.tolist()) if p)
     lost = Counter(s for s, p, d in zip(sources, positive.tolist(), dropped.tolist()) if p and d)
     return {s for s, n in taken.items() if s != OWN and lost[s] == n}

@@ -151,8 +151,9 @@ def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible(
     cfg = load_config(None, ["swarm.run_id=run"])
     transport = ScriptedTransport()
     exchange = Exchange(transport, cfg.swarm, "m", "t")
-    accepted = [("QmHonest", None), ("QmWeak", None), ("QmImplausible", None), ("QmHonest", None)]
-    assert exchange.credit(accepted, implausible={"QmImplausible"}) == ["QmHonest", "QmWeak"]
+    accepted = [("QmHonest", None), ("QmWeak", None), ("QmImplausible", None), ("QmHonest", None), ("QmNotTaken", None)]
+    taken = {"QmHonest", "QmWeak", "QmImplausible"}  # QmNotTaken's groups were not in the step: nothing measured
+    assert exchange.credit(accepted, taken, implausible={"QmImplausible"}) == ["QmHonest", "QmWeak"]
     assert transport.credited == ["QmHonest", "QmWeak"]
 
 

@@ -188,6 +188,25 @@ def test_an_untrusted_peers_implausible_positives_teach_nothing(arith):
     assert step(None, 1.0)["train/peer_implausible_frac"] == 0.0  # own / trusted: never checked
 
 
+def test_an_untrusted_all_correct_group_is_judged_though_it_trains_nothing(arith):
+    """An all-correct group has advantage 0 and is never trained on, but an untrusted peer's
+    implausible positives in it are still found (`Trainer.implausible`), so the mesh credit can see a
+    peer that keeps its slot with such groups; plausible ones (its own samples re-sent) are not flagged."""
+    cfg = NodeConfig()
+    cfg.train.lr = 1e-3
+    policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
+    groups = _groups_with_signal(policy, arith)
+    for c in groups[0].completions:  # own samples, as a confident sampler reports them
+        c.logprobs = np.full(len(c.tokens), -0.1, np.float32)
+    junk = policy.encode("qzqzq")
+    for c in groups[1].completions:  # the peer: every completion "correct", none a tiny model would write
+        c.tokens, c.logprobs, c.reward = np.asarray(junk, np.uint32), np.full(len(junk), -0.1, np.float32), 1.0
+    trainer = _trainer(policy, cfg)
+    stats = trainer.step(_batch(policy, groups, [False] * 4 + [True] * 4))
+    assert trainer.implausible.tolist() == [False] * 4 + [True] * 4
+    assert stats["train/active_frac"] == 0.5  # the all-correct group itself was not trained on
+
+
 def test_the_plausibility_bar_never_falls_below_the_first_steps():
     """A ratchet: positives that just pass flatten the node, which lowers its own percentiles and so
     the bar. The bar is anchored at the node's first step: a flatter node later keeps it."""

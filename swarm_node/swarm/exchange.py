@@ -16,8 +16,9 @@ each digest at most once; a packet that claims another sender is not that peer's
 (peer, digest) pair is distrusted and the real sender may still deliver it.
 
 Credit (`credit`, after the step): the neighbour that delivered an admitted packet (not an echo)
-earns its mesh slot (`Transport.credit`), unless the step dropped every positive of it that it
-took as implausible: a peer that only ever offers completions our own model would not write is
+whose groups the step took earns its mesh slot (`Transport.credit`), unless every positive of it
+in the step was found implausible (trained on or not: an all-correct group has no advantage and is
+judged without training): a peer that only offers completions our own model would not write is
 misbehaving, whatever its packets look like. Wrong answers are not misbehaviour: a weak honest
 peer earns its slot, and keeps the link over which it learns from us. The mesh keeps neighbours
 by what they delivered, never by what they say (issue 27).
@@ -127,10 +128,11 @@ class Exchange:
         stats.update(gate.take_stats())
         return accepted, stats
 
-    def credit(self, accepted: list[tuple[str, Packet]], implausible: set[str]) -> list[str]:
-        """Credit the neighbours that delivered admitted packets, except `implausible`: the peers all
-        of whose positives in the step were dropped (see the module docstring). Returns the credited."""
-        earned = sorted({peer for peer, _ in accepted} - implausible)
+    def credit(self, accepted: list[tuple[str, Packet]], taken: set[str], implausible: set[str]) -> list[str]:
+        """Credit the neighbours that delivered admitted packets the step took (`taken`: peers with a
+        group in it), except `implausible`: the peers all of whose positives in the step were found
+        implausible (see the module docstring). Returns the credited."""
+        earned = sorted(({peer for peer, _ in accepted} & taken) - implausible)
         for peer in earned:
             self.transport.credit(peer)
         return earned

@@ -84,7 +84,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.policy_version = 0
         self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
-        self.implausible = torch.zeros(0, dtype=torch.bool)  # [N] of the last step: rows whose positive was dropped
+        self.implausible = torch.zeros(0, dtype=torch.bool)  # [N] last step: untrusted positives found implausible
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step on all rows of `batch`; returns the loss stats."""
@@ -119,6 +119,8 @@ class Trainer:
             loss, mb_stats = policy_loss(logp, gen, adv, mask, **settings)
             (loss * len(idx) / total).backward()
             _merge_stats(stats, mb_stats, len(idx) / n_active)
+        if floors is not None:  # untrusted positives the step did not run (advantage 0): judged, not trained
+            self._judge_unrun(batch, advantages, floors)
         grad_norm = 0.0
         if n_active:
             params = self.policy.trainable_parameters()
@@ -134,6 +136,19 @@ class Trainer:
                       M.TRAIN_POLICY_VERSION: self.policy_version, M.TRAIN_PEER_NEGATIVES: peer_negatives,
                       M.TRAIN_PEER_IMPLAUSIBLE: int(self.implausible.sum()) / max(total, 1), M.TIME_TRAIN: time.perf_counter() - start})
         return stats
+
+    @torch.no_grad()
+    def _judge_unrun(self, batch: TrainBatch, advantages: Tensor, floors: tuple[float, float]) -> None:
+        """Mark the untrusted positives of zero advantage (all-correct groups) that are implausible, so
+        the mesh credit sees them too: an all-correct group teaches nothing and is never run, and a
+        peer must not keep its neighbour slot with such groups of completions we would never write."""
+        unrun = (batch.untrusted & (batch.rewards > 0) & (advantages == 0) & (batch.lengths > 0)).nonzero().flatten()
+        for s in range(0, len(unrun), self.train.micro_batch):
+            idx = unrun[s:s + self.train.micro_batch]  # [b]
+            mb = batch.rows(idx)
+            logp = self.policy.completion_logprobs(mb.ids, mb.attention, mb.prompt_len, mb.mask, self.temperature,
+                                                   self.train.logprob_chunk)  # [b, T]
+            self.implausible[idx] = implausible(logp, mb.mask.to(logp.device), *floors).cpu()  # [b]
 
     def _plausibility_floors(self, batch: TrainBatch) -> tuple[float, float] | None:
         """(F_mean, F_token) of loss.implausible for this step, anchored at their first values
