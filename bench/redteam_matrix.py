@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.redteam_poisoning import run_swarm
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench.redteam_poisoning import run_swarm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "redteam_matrix.json"
