@@ -229,7 +229,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 batch = TrainBatch.from_groups(groups, policy.pad_id, own=[s == OWN for s in sources],
                                                untrusted=[s != OWN and s not in trusted for s in sources])
                 row.update(trainer.step(batch))
-                if exchange is not None:  # the mesh keeps the neighbours whose data taught us something
+                if exchange is not None:  # the mesh keeps neighbours we took data from that did not misbehave
                     exchange.credit(accepted, set(sources) - {OWN},
                                     implausible_only(sources, batch.rewards > 0, trainer.implausible))
 

@@ -109,12 +109,12 @@ class Transport(Protocol):
         were not that peer's packet)."""
 
     def measure(self) -> None:
-        """Before `start`: the node credits the packets that taught it something (`credit`), so a
-        neighbor that delivers nothing useful may lose its slot (a transport used without an
-        exchange idles nobody)."""
+        """Before `start`: the node credits the neighbours whose packets it took and found no
+        misbehaviour in (`credit`), so a neighbor that delivers nothing, or only implausible
+        data, may lose its slot (a transport used without an exchange idles nobody)."""
 
     def credit(self, peer_id: str) -> None:
-        """`peer_id` delivered a packet the node admitted and learned from (swarm/exchange.py says
+        """`peer_id` delivered a packet the node admitted and trained with (swarm/exchange.py says
         when): what the transport measured of its neighbors keeps that one in the mesh
         (net/scores.py); a self-reported degree does not."""
 
