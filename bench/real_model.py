@@ -11,6 +11,7 @@ Resumable: a seed whose run directory already has its final evaluation is read, 
 
     python bench/real_model.py --parallel           # 3 seeds x 6 rounds at once, 100 held-out problems
     python bench/real_model.py --seeds 0 1 2 3 --rounds 10 --eval-limit 200
+    python bench/real_model.py --parallel --device cuda --name real_model_smollm2_cuda   # on a GPU machine
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def t_interval(xs: list[float]) -> tuple[float, float, float]:
 def node_command(args, seed: int, out: Path) -> list[str]:
     sets = {"train.seed": seed, "threads": args.threads, "train.lr": args.lr, "rollout.prompts_per_round": args.prompts,
             "rollout.group_size": args.group_size, "task.eval_limit": args.eval_limit, "train.eval_every": 0,
-            "train.checkpoint_every": 0, "loss.variant": args.loss}
+            "train.checkpoint_every": 0, "loss.variant": args.loss, "model.device": args.device}
     if args.lora_r:
         sets["model.lora_r"] = args.lora_r
     cmd = [PYTHON, "-m", "swarm_node", "train", "--model", args.model, "--task", "arith", "--rounds", str(args.rounds),
@@ -130,6 +131,7 @@ def main() -> None:
     p.add_argument("--lora-r", type=int, default=0)
     p.add_argument("--eval-limit", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu | cuda (bf16 compute on a GPU, the library's default)")
     p.add_argument("--parallel", action="store_true", help="run the seeds at once (one process each)")
     p.add_argument("--runs", type=Path, default=REPO / "runs" / "bench_real_model")
     p.add_argument("--name", default="real_model_smollm2")

@@ -3,7 +3,7 @@
 Runs the real round loop (`swarm_node.node.run`) in worker processes, with timers wrapped around
 the library's functions from the outside (no library edits): per round, seconds in
 
-  generate   Policy.generate (sampling 2 prompts x 12 completions)
+  generate   Policy.generate (sampling 2 prompts x 12 completions; 4 for a real model)
   reward     Scorer.score on our own completions (decoding included)
   exchange   Exchange.round, split into encode / offer (DHT record publish) / collect (DHT lookups,
              waiting for peers, fetching) / accept (decode, validate, re-score peers' packets) /
@@ -25,6 +25,7 @@ Round 1 is a warm-up (nodes start at different times) and is excluded; medians o
     .venv/bin/python bench/round_anatomy.py                # ~2-3 min on 2 cores (+ warm start on first use)
     .venv/bin/python bench/round_anatomy.py --preset tiny-l
     .venv/bin/python bench/round_anatomy.py --device cuda  # on a GPU machine
+    .venv/bin/python bench/round_anatomy.py --model smollm2-135m --modes alone  # a real model's round (make models)
 """
 from __future__ import annotations
 
@@ -47,9 +48,16 @@ TOP = ["generate", "reward", "exchange", "logprob", "loss", "backward", "step", 
 CPU_PARTS = ["generate", "reward", "exchange", "logprob", "loss", "backward", "step", "eval"]
 
 
+def is_real(args) -> bool:
+    """A pretrained model (smollm2-135m, ...) rather than a tiny random-init preset."""
+    return not args.preset.startswith("tiny-")
+
+
 def node_overrides(args, out: str, swarm: bool, min_peers: int | None = None) -> list[str]:
-    o = [f"model.name={args.preset}", f"model.device={args.device}", "task.options={digits: 2, second_digits: 1}",
-         f"train.warmstart_steps={args.warmstart_steps}", f"train.rounds={args.rounds}", "train.eval_every=1",
+    o = [f"model.name={args.preset}", f"model.device={args.device}", f"rollout.prompts_per_round={args.prompts}"]
+    # a tiny model learns 2-digit sums after its warm start; a real one gets bench/real_model.py's task, no warm start
+    o += [] if is_real(args) else ["task.options={digits: 2, second_digits: 1}"]
+    o += [f"train.warmstart_steps={args.warmstart_steps}", f"train.rounds={args.rounds}", "train.eval_every=1",
          "train.checkpoint_every=0", f"rollout.max_new_tokens={args.max_new_tokens}", f"task.eval_limit={args.eval_limit}",
          f"threads={args.threads}", f"out={out}", "train.lr=1e-5"]
     if swarm:
@@ -72,7 +80,6 @@ def worker(args) -> None:
     import swarm_node.swarm.exchange as exchange_mod
     import swarm_node.train.trainer as trainer_mod
     from swarm_node.config import load_config
-    from swarm_node.net.hivemind import HivemindTransport
     from swarm_node.tasks.scoring import Scorer
     from swarm_node.train.policy import Policy
     from swarm_node.train.sampling.hf import HFSampler
@@ -98,12 +105,14 @@ def worker(args) -> None:
         (torch.optim.AdamW, "step", "step"),
         (exchange_mod, "encode", "exchange/encode"),
         (admit_mod.Admission, "check", "exchange/accept"),
-        (HivemindTransport, "offer", "exchange/offer"),
-        (HivemindTransport, "collect", "exchange/collect"),  # peer lookups happen inside collect
         (exchange_mod.Exchange, "offer", "exchange"),
         (exchange_mod.Exchange, "collect", "exchange"),
     ]:
         timers.wrap(owner, attr, key)
+    if args.swarm:  # the transport (hivemind) only where a swarm runs: `alone` works without it installed
+        from swarm_node.net.hivemind import HivemindTransport
+        timers.wrap(HivemindTransport, "offer", "exchange/offer")
+        timers.wrap(HivemindTransport, "collect", "exchange/collect")  # peer lookups happen inside collect
     pass_at_1 = node_mod.pass_at_1
 
     def eval_wrapper(*a, **kw):
@@ -246,15 +255,19 @@ def summarize(node_rows: list[list[dict]], skip: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="tiny-s", choices=["tiny-s", "tiny-m", "tiny-l"])
+    ap.add_argument("--preset", "--model", default="tiny-s",
+                    help="tiny-s | tiny-m | tiny-l, or a real model (smollm2-135m: no warm start, 4 prompts, "
+                         "24 new tokens, 100 held-out problems unless given)")
+    ap.add_argument("--prompts", type=int, default=None, help="prompts per round (default 2; 4 for a real model)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
     ap.add_argument("--rounds", type=int, default=8, help="rounds per node; round 1 is a warm-up and excluded")
     ap.add_argument("--nodes", type=int, default=3, help="nodes in the local swarm")
     ap.add_argument("--modes", nargs="+", default=["alone", "swarm-1", "swarm-3"], choices=["alone", "swarm-1", "swarm-3"])
     ap.add_argument("--min-peers", type=int, default=None, help="swarm.min_peers for the swarm (default: the library's)")
-    ap.add_argument("--warmstart-steps", type=int, default=600, help="as tests/test_learning.py (mixed rewards)")
-    ap.add_argument("--max-new-tokens", type=int, default=10)
-    ap.add_argument("--eval-limit", type=int, default=200, help="held-out examples per eval (task.eval_limit default)")
+    ap.add_argument("--warmstart-steps", type=int, default=None,
+                    help="600 for a tiny preset, as tests/test_learning.py (mixed rewards); 0 for a real model")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="10 (tiny) or 24 (real)")
+    ap.add_argument("--eval-limit", type=int, default=None, help="held-out examples per eval: 200 (tiny), 100 (real)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per node (the node's `threads` setting)")
     ap.add_argument("--timeout", type=float, default=240, help="seconds before a configuration's workers are killed")
     ap.add_argument("--repeats", type=int, default=2, help="run every configuration this many times, interleaved")
@@ -267,6 +280,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    real = is_real(args)
+    for key, tiny, pretrained in [("prompts", 2, 4), ("warmstart_steps", 600, 0), ("max_new_tokens", 10, 24),
+                                  ("eval_limit", 200, 100)]:
+        if getattr(args, key) is None:
+            setattr(args, key, pretrained if real else tiny)
     if args.quick:
         args.rounds, args.repeats = 3, 1
     args.run_id = f"bench-anatomy-{os.getpid()}"
@@ -317,7 +335,7 @@ def main() -> None:
     for k in ("train/sequences", "train/active_frac"):
         vals = [m[mode].get(k) for mode in modes]
         rows.append([k, *vals, vals[-1] / vals[0] if vals[0] else None, None, None, None])
-    print(f"Round anatomy: {args.preset} on {args.device}, arith, 2 prompts x 12 completions, <= {args.max_new_tokens} "
+    print(f"Round anatomy: {args.preset} on {args.device}, arith, {args.prompts} prompts x 12 completions, <= {args.max_new_tokens} "
           f"tokens, greedy eval of {args.eval_limit} examples every round, {args.threads} thread(s) per node; "
           f"ms per round, mean over rounds 2..{args.rounds}, nodes and {args.repeats} interleaved repeat(s)")
     C.print_table("Round anatomy (milliseconds per round)",

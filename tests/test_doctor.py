@@ -122,3 +122,17 @@ def test_smoke_rounds_run_end_to_end_on_cpu(tmp_path):
     rows = smoke_rounds("cpu", str(tmp_path / "smoke"))
     assert [row["round"] for row in rows] == [0, 1, 2]
     assert all("reward/mean" in row for row in rows[1:])
+
+
+def test_missing_network_package_is_one_clear_failure(tmp_path, monkeypatch):
+    """A GPU image without hivemind (seen on the lent H200): libp2p fails with the install command, nothing else."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "hivemind" else real(name, *a))
+    found = by_name(run_checks(config_path=write_config(tmp_path / "node.yaml")))
+    assert [c.name for c in found.values()] == CHECKS
+    assert found["libp2p"].status == "fail" and "hivemind" in found["libp2p"].detail
+    assert "pip install" in found["libp2p"].remedy
+    assert all(found[n].status == "skip" for n in ("peers", "listen address", "reachable from outside"))
+    assert found["model"].status == "ok" and found["task data"].status == "ok"

@@ -17,6 +17,7 @@ the run's peers see it in their peer lists (model id `swarm-node-doctor`, servin
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -235,6 +236,12 @@ def _open_transport(swarm_cfg):
 def _network_checks(cfg, peer_wait_s: float) -> list[Check]:
     # an ephemeral identity: the configured key file may be held by a node running on this machine
     swarm_cfg = dataclasses.replace(cfg.swarm, identity=None)
+    if importlib.util.find_spec("hivemind") is None:  # a GPU image or a bare environment: train works, join does not
+        missing = "hivemind is not installed"
+        return [Check("libp2p", "fail", "the network layer's package, hivemind, is not installed (`swarm-node train` "
+                      "works without it; `join` does not)", "pip install 'hivemind>=1.1.10,<1.2' (or pip install -e .)"),
+                Check("peers", "skip", missing), Check("listen address", "skip", missing),
+                Check("reachable from outside", "skip", missing)]
     peer_check = None
     try:
         transport = _open_transport(swarm_cfg)
