@@ -159,3 +159,32 @@ def test_a_peer_text_spelled_in_other_bpe_pieces_is_trained_as_our_tokenizer_spe
     assert got[0].tokens.tolist() == canonical + [tiny_qwen.tokenizer.eos_token_id]
     assert got[1].tokens.tolist() == canonical and got[0].reward == got[1].reward == 1.0
     assert admission.take_stats()["swarm/completions_retokenized"] == 1
+
+
+def test_a_completion_whose_canonical_form_is_longer_is_cut_not_the_packet_refused(tiny_qwen):
+    """Token 2226 is half of a Cyrillic pair of bytes: it decodes to 'о\ufffd', which encodes as two tokens.
+    An honest node can sample it at T = 1; the packet (seen refused as too_long between two real
+    SmolLM2 nodes, 12 of 941 packets) is admitted, the completion cut to the receiver's limit."""
+    from swarm_node.net import Received
+    from swarm_node.swarm.admit import Admission, Expectations
+    from swarm_node.tasks import load_task
+    from swarm_node.wire.codec import Completion, Group, Packet, encode, tokenizer_fingerprint
+
+    task = load_task("arith")
+    scorer = tiny_qwen.scorer(task)
+    ex = task.split("train")[5]
+    sampled = [2226, 2226, 2226, tiny_qwen.tokenizer.eos_token_id]
+    assert len(scorer.canonical(sampled)) > len(sampled)
+    answer = tiny_qwen.encode(f"#### {ex.answer}")
+    completions = [Completion(np.asarray(ids, np.uint32), np.full(len(ids), -0.1, np.float32), "stop", 0.0)
+                   for ids in (sampled, answer)]
+    group = Group(task.name, ex.id, np.asarray(scorer.prompt_tokens(ex), np.uint32), completions)
+    fingerprint = tokenizer_fingerprint(tiny_qwen.tokenizer)
+    data = encode(Packet(run_id="run", sender="QmPeer", model_id="m", tokenizer=fingerprint, policy_version=0,
+                         round=1, mode="vertical", groups=[group]))
+    admission = Admission(Expectations(run_id="run", tokenizer=fingerprint, staleness=2, max_tokens=4,
+                                       group_size=2), scorer)
+    got = admission.check(Received(peer_id="QmPeer", round=1, digest="", data=data), 1).groups[0].completions
+    assert len(got[0].tokens) == 4 and got[0].tokens.tolist() == scorer.canonical(sampled)[:4]
+    assert got[0].reward == 0.0 and got[1].reward == 1.0
+    assert admission.take_stats()["swarm/completions_retokenized"] == 1

@@ -179,13 +179,17 @@ class Admission:
         return SimpleNamespace(example_id=group.example_id, prompt_tokens=group.prompt_tokens, completions=completions)
 
     def _retokenize(self, group) -> int:
-        """Replace completions not in our tokenizer's canonical form by that form (in place); how many."""
-        n = 0
+        """Replace completions not in our tokenizer's canonical form by that form (in place); how many.
+
+        A canonical form can be longer than the ids sampled (a sampled byte token that is half a
+        character decodes to U+FFFD, which encodes as two or more tokens): it is cut to our length
+        limit, as our own sampler cuts a completion, and scored from that text like any other, so an
+        honest peer's packet is not refused for it and nobody gets more than the limit trained."""
+        n, limit = 0, self.expect.max_tokens
         for c in group.completions:
-            ids = self.scorer.canonical(c.tokens)
+            ids = self.scorer.canonical(c.tokens)[:limit]
             if len(ids) != len(c.tokens) or not np.array_equal(c.tokens, ids):
                 c.tokens = np.asarray(ids, dtype=np.uint32)  # [T']
                 c.logprobs = np.zeros(len(ids), dtype=np.float32)  # [T']: a claim about other ids is no claim
                 n += 1
-        self._check_length(group)
         return n
