@@ -99,7 +99,10 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
             "rollout.prompts_per_round": 2 if mode is None else 1,
             "loss.variant": variant, "loss.g": g, "loss.C": 2.0,
             # the paper's TIS weights (one cap C for every sample), not the sign-aware default
-            "loss.C_negative": None, "loss.positive_floor": 0.0}
+            "loss.C_negative": None, "loss.positive_floor": 0.0,
+            # and every peer's negatives and claimed log-probs, as the paper trains on them (the
+            # open-swarm defaults, loss.peer_negative_weight = 0 and the plausibility check, came later)
+            "loss.peer_negative_weight": 1.0, "loss.peer_plausibility_margin": None}
     command = "train"
     if mode is not None:
         command = "join"

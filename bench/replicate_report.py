@@ -282,7 +282,9 @@ def render(scale: Scale, quick: bool) -> None:
            "(`--render` redraws without running anything). " + _SETUP.format(
                rounds=scale.rounds, eval_every=scale.eval_every or scale.rounds, n=scale.eval_limit,
                ood=scale.ood_limit, seeds=", ".join(map(str, seeds)) or "none yet", minutes=minutes,
-               delta=100 * DELTA, warm=", ".join(f"{k} {100 * v:.1f}%" for k, v in warm.items())), ""]
+               delta=100 * DELTA, warm=", ".join(f"{k} {100 * v:.1f}%" for k, v in warm.items())), "",
+           "On a real pretrained model (SmolLM2-135M-Instruct, full fine-tuning + LoRA r = 128, on a lent GPU): "
+           "[REPLICATION_REAL.md](REPLICATION_REAL.md), `bench/replicate_real.py`.", ""]
     for claim, v, effect in verdicts:
         number, statement = claim[0], claim[1]
         out += [f"## Claim {number}: {statement}", "", f"**Verdict: {v}.** {effect}.", "", _per_node(res, claim), "",

@@ -122,3 +122,31 @@ def test_the_models_command_lists_and_refuses_unknown_names_in_one_line(store):
     assert "smollm2-135m" in listed.output and "missing" in listed.output
     wrong = CliRunner().invoke(app, ["models", "fetch", "gpt-5"])
     assert wrong.exit_code == 2 and "error: unknown packaged model 'gpt-5'" in wrong.output
+
+
+def test_special_token_ids_are_read_from_the_gguf_file_itself(tmp_path):
+    """What the file declares (not what a transformers version's converter makes of it)."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert sources.gguf_special_ids(tmp_path / "t.gguf") == {"bos": 1, "eos": 2, "padding": 2}
+
+
+@pytest.mark.skipif(installed("smollm2-135m") is None, reason="`swarm-node models fetch smollm2-135m` first")
+def test_a_converter_that_got_eos_wrong_is_corrected_to_the_files_ids():
+    """transformers 5.17 made <|im_start|> SmolLM2's EOS; the file says id 2 (<|im_end|>)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(installed("smollm2-135m")))
+    tokenizer.eos_token = "<|im_start|>"  # as transformers 5.17 converts the GGUF
+    changed = sources.align_special_tokens(tokenizer, {"bos": 1, "eos": 2, "padding": 2, "unknown": 0})
+    assert tokenizer.eos_token_id == 2 and tokenizer.eos_token == "<|im_end|>"
+    assert changed == ["eos_token '<|im_start|>' -> '<|im_end|>' (id 2)"]
+    assert sources.align_special_tokens(tokenizer, {"bos": 1, "eos": 2, "padding": 2, "unknown": 0}) == []

@@ -202,6 +202,8 @@ def _convert_model(files: dict[str, Path], out: Path) -> None:
     log.info("converting %s to safetensors (about 20 s, once)", gguf_path.name)
     kwargs = {"gguf_file": gguf_path.name}
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), **kwargs)
+    for change in align_special_tokens(tokenizer, gguf_special_ids(gguf_path)):
+        log.warning("the GGUF converter of this transformers version got a special token wrong: %s", change)
     model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), dtype=torch.float32, **kwargs)
     # A GGUF-loaded model refuses save_pretrained while it carries the quantizer marker; the weights
     # themselves are already plain float32 tensors (de-quantized on load).
@@ -210,6 +212,38 @@ def _convert_model(files: dict[str, Path], out: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+
+
+GGUF_SPECIAL = {"bos": "bos_token", "eos": "eos_token", "padding": "pad_token", "unknown": "unk_token"}
+
+
+def gguf_special_ids(path: Path) -> dict[str, int]:
+    """The special token ids a GGUF file declares itself: {"bos": 1, "eos": 2, ...} (those present)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path)).fields
+    found = {}
+    for name in GGUF_SPECIAL:
+        field = fields.get(f"tokenizer.ggml.{name}_token_id")
+        if field is not None:
+            found[name] = int(field.parts[field.data[0]][0])
+    return found
+
+
+def align_special_tokens(tokenizer, ids: dict[str, int]) -> list[str]:
+    """Make `tokenizer`'s special tokens the file's `ids` where they differ; what changed.
+
+    transformers 5.17 converts SmolLM2's GGUF with `<|im_start|>` as EOS (the file says id 2,
+    `<|im_end|>`): a node on it keeps its completions' real EOS as text, every honest peer's
+    completion then differs from its canonical form and is rewritten (seen on the lent GPU:
+    11-12 of 12 per packet), and its fingerprint differs from a node converted by 5.24."""
+    changed = []
+    for name, attr in GGUF_SPECIAL.items():
+        if name in ids and getattr(tokenizer, f"{attr}_id") != ids[name]:
+            token = tokenizer.convert_ids_to_tokens(ids[name])
+            changed.append(f"{attr} {getattr(tokenizer, attr)!r} -> {token!r} (id {ids[name]})")
+            setattr(tokenizer, attr, token)
+    return changed
 
 
 def _convert_tokenizer(files: dict[str, Path], out: Path) -> None:
