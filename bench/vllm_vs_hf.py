@@ -8,7 +8,8 @@ Two parts, one run, same machine, same thread count (--threads, default 1: the s
                over --repeats batches after a warm-up, the engine's start time and one full-weight
                `sync` (the per-step cost of keeping the engine on the trainer's weights).
                Models: `tiny-v` (hidden 128, 2 layers) and `m512` (hidden 512, 8 layers, 8 heads
-               of 64), both random init with the char tokenizer.
+               of 64), both random init with the char tokenizer; `smollm2-135m`, the real
+               SmolLM2-135M-Instruct with its chat template (`make models`).
   round        `swarm_node.node.run` alone (`swarm-node train`) on tiny-v, the paper's batch (2 prompts
                x 12 completions), once per sampler and node variant: `warm` (warm-started, one-digit
                arith: short answers, steps that train) and `random` (random init: long completions,
@@ -20,6 +21,7 @@ Needs vLLM, so it runs in .venv-vllm (`make test-vllm` builds it):
 
     OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python bench/vllm_vs_hf.py   # ~5 min on 2 cores
     .venv-vllm/bin/python bench/vllm_vs_hf.py --models tiny-v --rounds 4 --repeats 1         # quicker
+    .venv-vllm/bin/python bench/vllm_vs_hf.py --models tiny-v smollm2-135m --nodes --out bench/results/vllm_vs_hf_smollm2.json
 
 The first engine in a process also pays vLLM's import (tens of seconds here); later ones start in seconds.
 """
@@ -50,8 +52,9 @@ def bench_policy(name: str):
     from swarm_node.config import ModelConfig
     from swarm_node.train.policy import Policy
     from swarm_node.train.presets import CHAR_VOCAB, PRESETS, char_tokenizer
+    from swarm_node.train.sources import is_packaged
 
-    if name in PRESETS:
+    if name in PRESETS or is_packaged(name):  # a tiny preset, or a real model (smollm2-135m: make models)
         return Policy.load(ModelConfig(name=name, init_seed=0, device="cpu"))
     config = Qwen2Config(vocab_size=len(CHAR_VOCAB), max_position_embeddings=1024, tie_word_embeddings=True,
                          pad_token_id=0, eos_token_id=1, bos_token_id=1, **SIZES[name])
@@ -138,13 +141,14 @@ def node_round(kind: str, variant: str, args, out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["tiny-v", "m512"], choices=["tiny-v", *SIZES])
+    ap.add_argument("--models", nargs="+", default=["tiny-v", "m512"], choices=["tiny-v", *SIZES, "smollm2-135m"])
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=4, help="completions per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--nodes", nargs="+", default=list(ROUNDS), choices=list(ROUNDS), help="node variants to time")
+    ap.add_argument("--nodes", nargs="*", default=list(ROUNDS), choices=list(ROUNDS),
+                    help="node variants to time (none: generation only)")
     ap.add_argument("--warmstart-steps", type=int, default=100)
     ap.add_argument("--eval-limit", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)

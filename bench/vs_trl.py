@@ -24,6 +24,8 @@ Requires the bench extra:  .venv/bin/pip install -e '.[bench]'   (trl; not a run
 
     .venv/bin/python bench/vs_trl.py               # ~2-3 min on 2 cores (+ ~1 min warm start on first use)
     .venv/bin/python bench/vs_trl.py --quick
+    .venv/bin/python bench/vs_trl.py --preset smollm2-135m --warmstart-steps 0 --max-new-tokens 24 --lr 1e-5 \
+        --steps 2 --repeats 1 --scenarios arith --out bench/results/vs_trl_smollm2.json   # a real model
 """
 from __future__ import annotations
 
@@ -47,8 +49,9 @@ def task_and_config(args):
     from swarm_node.config import load_config
     from swarm_node.tasks import load_task
 
+    real = not args.preset.startswith("tiny-")  # a pretrained model: the task as bench/real_model.py sets it
     cfg = load_config(None, [
-        f"model.name={args.preset}", "task.options={digits: 2, second_digits: 1}",
+        f"model.name={args.preset}", *([] if real else ["task.options={digits: 2, second_digits: 1}"]),
         f"train.warmstart_steps={args.warmstart_steps}", "rollout.group_size=12", "rollout.prompts_per_round=2",
         f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.temperature=1.0", "train.micro_batch=8",
         f"train.lr={args.lr}", "threads=1", "out=/tmp/unused"])
@@ -130,11 +133,18 @@ def run_trl(args) -> dict:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from swarm_node.config import ModelConfig
+    from swarm_node.tasks.prompt import render_prompt
+    from swarm_node.train.policy import Policy
     from swarm_node.train.presets import load_tokenizer
 
     cfg, task = task_and_config(args)
     train = task.split("train")
-    rows = [{"prompt": task.prompt(train[i]), "example_id": train[i].id} for i in range(2000)]
+    # the prompt text exactly as our node renders it (a chat model's template and worked exchange
+    # included), given to TRL as a plain string so that both sides condition on the same ids
+    scorer = Policy.load(ModelConfig(name=args.model, device="cpu")).scorer(task)
+    rows = [{"prompt": render_prompt(task, train[i], scorer.tokenizer, scorer.chat, scorer.system),
+             "example_id": train[i].id} for i in range(2000)]
     dataset = Dataset.from_list(rows)
     flip = coin_reward(1)
 
@@ -213,6 +223,10 @@ def prepare_model(args) -> str:
     from swarm_node.train.warmstart import warmstarted_model
 
     cfg, task = task_and_config(args)
+    if not args.preset.startswith("tiny-"):  # a packaged pretrained model: its installed directory
+        from swarm_node.train.models import resolve_model_name
+
+        return resolve_model_name(args.preset)
     if args.warmstart_steps == 0:
         import tempfile as tf
 
@@ -229,7 +243,9 @@ def prepare_model(args) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="tiny-s", choices=["tiny-s", "tiny-m", "tiny-l"])
+    ap.add_argument("--preset", "--model-name", default="tiny-s",
+                    help="tiny-s | tiny-m | tiny-l, or a packaged real model (smollm2-135m: no warm start; "
+                         "use --max-new-tokens 24 --lr 1e-5 --warmstart-steps 0)")
     ap.add_argument("--warmstart-steps", type=int, default=600, help="supervised warm start (as tests/test_learning.py); 0 = random init")
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-6)

@@ -69,6 +69,9 @@ class ScriptedTransport:
     def peers(self):
         return []
 
+    def neighbours(self):
+        return {}
+
 
 def test_echoes_of_our_packet_are_rejected_and_do_not_end_the_wait(tiny_policy, arith):
     """QmEvil re-signs our packet (whole; and one of our groups beside one of its own); both pass every
@@ -107,30 +110,36 @@ def test_echoes_of_our_packet_are_rejected_and_do_not_end_the_wait(tiny_policy, 
 
 
 class PacedTransport(ScriptedTransport):
-    """Scripted batches, then waits out each call's deadline like a real transport with nothing to deliver."""
+    """Scripted batches, then waits out each call's deadline like a real transport with nothing to
+    deliver. Neighbours named in `credited` delivered last round; the others never did."""
 
-    def __init__(self, neighbours: list[str]):
+    def __init__(self, neighbours: list[str], credited: set[str]):
         super().__init__()
-        self.neighbours = neighbours
+        self.names, self.credited_lately = neighbours, credited
 
     def collect(self, oldest, newest, min_peers, deadline_s):
         self.calls.append(min_peers)
         if self.batches:
-            return Collected(self.batches.pop(0), peers=len(self.neighbours))
+            return Collected(self.batches.pop(0), peers=len(self.names))
         time.sleep(deadline_s)
-        return Collected([], peers=len(self.neighbours))
+        return Collected([], peers=len(self.names))
 
     def peers(self):
-        return [PeerInfo(p, "m", "t", 2, 5, 1, [], 0.0) for p in self.neighbours]
+        return [PeerInfo(p, "m", "t", 2, 5, 1, [], 0.0) for p in self.names]
+
+    def neighbours(self):
+        return {p: {"outbound": False, "credits": int(p in self.credited_lately),
+                    "rounds_idle": 1 if p in self.credited_lately else 9} for p in self.names}
 
 
 def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_others():
-    """min_peers = 1: QmFast's packet ends the wait as before, but QmSlow, a neighbour not heard from
-    yet, still gets fair_wait_s; a neighbour that never delivers costs at most fair_wait_s."""
-    def run(fair_wait_s: float, neighbours: list[str], batches: list[list[str]]):
+    """min_peers = 1: QmFast's packet ends the wait as before, but QmSlow, a neighbour that delivered
+    lately and not yet this round, still gets fair_wait_s; one that delivered lately and goes silent
+    costs at most fair_wait_s; one that never delivered (a free Sybil id) costs nothing."""
+    def run(fair_wait_s: float, neighbours: list[str], batches: list[list[str]], credited=("QmSlow", "QmSilent")):
         cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=20",
                                  f"swarm.fair_wait_s={fair_wait_s}"])
-        transport = PacedTransport(neighbours)
+        transport = PacedTransport(neighbours, set(credited))
         transport.batches = [[Received(p, 5, f"sha256:{p}", p.encode()) for p in batch] for batch in batches]
         exchange = Exchange(transport, cfg.swarm, "m", "t")
         t0 = time.monotonic()
@@ -143,6 +152,11 @@ def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_othe
     assert accepted == ["QmFast"] and 0.45 <= seconds < 2.0, seconds
     accepted, calls, seconds = run(2.0, ["QmFast"], [["QmFast"]])  # everyone heard from: no extra wait
     assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
+    sybils = [f"QmSybil{i}" for i in range(16)]  # never delivered: not waited for, however many
+    accepted, calls, seconds = run(2.0, ["QmFast", *sybils], [["QmFast"]])
+    assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
+    accepted, _, seconds = run(0.5, ["QmFast", "QmSilent"], [["QmFast"]], credited=())
+    assert seconds < 0.45
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():

@@ -6,8 +6,10 @@
               distinct peers were *accepted* (a rejected packet does not end the wait, so a fast
               hostile peer cannot cut honest ones off) or the deadline passed (never waits forever);
               then, fair arrival, at most `fair_wait_s` more for the neighbours not heard from
-              this round: a peer that offers rounds ahead and always arrives first used to end
-              every wait and crowd the honest peer out (0 bytes from it in 100 of 100 rounds)
+              this round that delivered lately (credited within FAIR_ROUNDS): a peer that offers
+              rounds ahead and always arrives first used to end every wait and crowd the honest
+              peer out (0 bytes from it in 100 of 100 rounds); a neighbour that never delivered
+              is not waited for (free Sybil ids would each buy every round the wait)
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness;
@@ -40,6 +42,7 @@ from swarm_node.wire.contract import by_reference
 
 log = logging.getLogger(__name__)
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
+FAIR_ROUNDS = 5  # fair arrival waits only for neighbours that delivered a packet we took within this many rounds
 
 
 def count_tokens(groups: list[Group]) -> int:
@@ -93,7 +96,7 @@ class Exchange:
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
             if t_fair is None:
                 got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
-            elif self._producers() - heard and time.monotonic() < t_fair:
+            elif self._proven_producers() - heard and time.monotonic() < t_fair:
                 got = self.transport.collect(oldest, newest, 1, max(0.0, t_fair - time.monotonic()))
             else:
                 break
@@ -137,9 +140,15 @@ class Exchange:
             self.transport.credit(peer)
         return earned
 
-    def _producers(self) -> set[str]:
-        """Neighbours that may deliver packets (not those that announced they produce none)."""
-        return {p.peer_id for p in self.transport.peers() if p.produces}
+    def _proven_producers(self) -> set[str]:
+        """Neighbours a fair wait is for: producers whose packets a step of ours took within the last
+        FAIR_ROUNDS rounds (`credit`). A neighbour that never delivered gets none: ids are free, and
+        silent ones that each bought fair_wait_s made every round of a node with 3 live Sybils as
+        neighbours 9x slower (bench/redteam_eclipse.py). A new honest peer's packet still counts
+        whenever it arrives within the round's wait or the staleness window, and earns it the wait."""
+        producers = [p.peer_id for p in self.transport.peers() if p.produces]
+        scores = self.transport.neighbours() if producers else {}
+        return {p for p in producers if p in scores and scores[p]["credits"] > 0 and scores[p]["rounds_idle"] < FAIR_ROUNDS}
 
     def _deadline(self) -> float:
         """The round's wait: `deadline_s`, except for the first node of a new swarm while nobody has

@@ -1,0 +1,167 @@
+"""Issue 27's eclipse campaign with real processes: live Sybils (swarm_node/harness/sybils.py) against an
+honest pair V + H, both join orders, several trials, beside no-attack baselines.
+
+Every node is a real `swarm-node join` process on 127.0.0.1 at the project defaults for tiny-s
+(harness/poisoner.victim_args: 16 prompts a round, G = 12, deadline 20 s), and the Sybils are one
+process holding k libp2p hosts that announce degree 0, take everyone, never prune and never deliver.
+
+  order sybils-first   V starts, the Sybils join V and fill its slots, then H joins V
+  order honest-first   V starts, H joins, then the Sybils join V
+
+Per trial, from V's metrics and its status.json (polled twice a second): the share of V's rounds
+(2 .. end) in which V accepted a packet (only H delivers), V's median round time, whether V and H
+were ever out of each other's neighbours after they first linked, and the most consecutive rounds
+any Sybil held a slot at V. The baseline row is the same pair without Sybils.
+
+    PYTHONPATH=. .venv/bin/python bench/redteam_eclipse.py --k 6 16 --trials 3 --rounds 30
+
+Results append to bench/results/redteam_eclipse.json (resumable: a (k, order, trial) present is skipped).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
+from swarm_node.harness.process import NodeProcess  # noqa: E402
+from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
+from swarm_node.status import read_status  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "redteam_eclipse.json"
+
+
+class Watch:
+    """Polls V's status.json: the neighbour set V reports at each of its rounds."""
+
+    def __init__(self, out: Path):
+        self.out, self.by_round, self.stop = out, {}, threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            status = read_status(self.out) or {}
+            if status.get("round") is not None and status.get("neighbours") is not None:
+                self.by_round[int(status["round"])] = sorted(status["neighbours"])
+            time.sleep(0.5)
+
+
+def longest_run(rounds: dict[int, list[str]], peer: str) -> int:
+    best = cur = 0
+    for r in sorted(rounds):
+        cur = cur + 1 if peer in rounds[r] else 0
+        best = max(best, cur)
+    return best
+
+
+def trial(k: int, order: str, seed: int, rounds: int, model: str) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
+    run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
+    try:
+        v = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
+        procs.append(v.start())
+        watch = Watch(tmp / "victim")
+        sybil_ids: list[str] = []
+
+        def sybils() -> None:
+            s = NodeProcess([sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(k), "--peers", v.address(),
+                             "--run-id", run, "--model", model, "--seconds", "1500",
+                             "--summary", str(tmp / "sybils.json")], log=tmp / "sybils.log")
+            procs.append(s.start())
+            sybil_ids.extend(s.wait_line("SYBILS ", 300).split()[1:])
+            time.sleep(5)  # let them dial V and take its slots
+
+        def honest() -> NodeProcess:
+            h = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
+                                  "--peers", v.address()], tmp / "honest")
+            procs.append(h.start())
+            return h
+
+        if k and order == "sybils-first":
+            sybils()
+        h = honest()
+        if k and order == "honest-first":
+            h.address()
+            sybils()
+        for node in (v, h):
+            assert node.wait(1500) == 0, node.text()
+        watch.stop.set()
+        v_rows = [r for r in v.rows() if r["round"] >= 2]
+        h_id = (read_status(tmp / "honest") or {}).get("peer_id") or h.address().rsplit("/", 1)[-1]
+        seen = watch.by_round
+        linked = [r for r in sorted(seen) if h_id in seen[r]]
+        unlinked_after = [r for r in sorted(seen) if linked and r > linked[0] and h_id not in seen[r]]
+        return {"k": k, "order": order, "seed": seed, "rounds": rounds,
+                "honest_delivery": sum(r.get("swarm/packets_accepted", 0) >= 1 for r in v_rows) / len(v_rows),
+                "median_round_s": statistics.median(r["time/round_s"] for r in v_rows),
+                "first_linked_round": linked[0] if linked else None, "unlinked_rounds_after_link": unlinked_after,
+                "sybil_longest_slot_rounds": max((longest_run(seen, s) for s in sybil_ids), default=0),
+                "sybil_slot_rounds_total": sum(s in seen[r] for r in seen for s in sybil_ids),
+                "rounds_watched": len(seen), "neighbors_evicted": sum(r.get("swarm/neighbors_evicted", 0) for r in v_rows),
+                "peers_graylisted": sum(r.get("swarm/peers_graylisted", 0) for r in v_rows),
+                "victim_acc": [v.rows()[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]] if v_rows else None,
+                "wall_s": round(time.time() - t0, 1)}
+    finally:
+        for p in procs:
+            p.kill()
+        print("work dir:", tmp, flush=True)
+
+
+def load(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["runs"] if path.exists() else []
+
+
+def table(runs: list[dict]) -> str:
+    lines = ["| Sybils | order | trials | honest packets in V's rounds (min) | median round s (max) | "
+             "V-H unlinked after linking | longest Sybil slot, rounds (max) |", "|---|---|---:|---:|---:|---:|---:|"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["k"], r["order"]), []).append(r)
+    for (k, order), rs in sorted(groups.items()):
+        lines.append(f"| {k} | {order if k else '-'} | {len(rs)} | "
+                     f"{min(r['honest_delivery'] for r in rs):.2f} | {max(r['median_round_s'] for r in rs):.2f} | "
+                     f"{sum(len(r['unlinked_rounds_after_link']) for r in rs)} | "
+                     f"{max(r['sybil_longest_slot_rounds'] for r in rs)} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--k", nargs="+", type=int, default=[6, 16])
+    ap.add_argument("--orders", nargs="+", default=["sybils-first", "honest-first"])
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--table", action="store_true")
+    args = ap.parse_args()
+    path = Path(args.results)
+    if args.table:
+        print(table(load(path)))
+        return 0
+    model = public_warm_start(VICTIM_WARMSTART_STEPS)
+    cells = [(0, "none", s) for s in range(args.trials)]
+    cells += [(k, o, s) for s in range(args.trials) for k in args.k for o in args.orders]
+    for k, order, seed in cells:
+        if any((r["k"], r["order"], r["seed"], r["rounds"]) == (k, order, seed, args.rounds) for r in load(path)):
+            continue
+        res = trial(k, order, seed, args.rounds, model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"runs": load(path) + [res]}, indent=1) + "\n")
+        print(f"{time.strftime('%H:%M:%S')} k={k} {order} seed {seed}: delivery {res['honest_delivery']:.2f}, "
+              f"median {res['median_round_s']:.2f} s, unlinked {res['unlinked_rounds_after_link']}, "
+              f"longest Sybil slot {res['sybil_longest_slot_rounds']} ({res['wall_s']} s)", flush=True)
+    print(table(load(path)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Live Sybils: k peer ids from one process, each its own libp2p host (p2pd), that try to eclipse a node.
+
+Each Sybil speaks the protocol and cheats the mesh as issue 27's red team did: it announces
+`degree: 0`, takes every peer that dials it, never prunes or evicts, dials every peer it learns,
+names the other Sybils in peer exchange (they know each other from the start) and announces the
+victims' round and model, but never offers a packet. An honest node should give such a neighbour
+no lasting slot (it credits only neighbours that deliver, `net/scores.py`) and keep its honest
+neighbours however many Sybils knock. Used by bench/redteam_eclipse.py.
+
+    python -m swarm_node.harness.sybils --k 6 --peers MADDR --run-id RUN --model DIR --summary S.json
+
+Prints `SYBILS <id> <id> ...` once every host is up, then follows the honest peers' rounds for
+--seconds (it never gives up: a benched Sybil dials again when its bench ends); the summary lists,
+per round, the neighbours each Sybil believes it holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+import swarm_node.net.hivemind as hivemind_transport
+from swarm_node.config import SwarmConfig
+from swarm_node.fsutil import write_json_atomic
+from swarm_node.harness.hostile import PublicModel
+from swarm_node.net.announce import Mesh
+
+
+class SybilMesh(Mesh):
+    """A mesh that lies about itself and keeps everyone (see the module docstring)."""
+
+    def announcement(self, to: str) -> dict:
+        return {**super().announcement(to), "degree": 0}
+
+    def _room_for(self, peer: str, now: float) -> bool:
+        return True
+
+    def prune(self, now: float | None = None) -> list[str]:
+        return []
+
+    def evict(self, now: float) -> list[str]:
+        return []
+
+    def short(self) -> bool:
+        return True
+
+    def dials_wanted(self) -> int:
+        return 64
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--k", type=int, default=6, help="Sybil peer ids (one p2pd each)")
+    ap.add_argument("--peers", nargs="+", required=True, help="the honest node(s) to join through")
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--model", required=True, help="the public model directory: the Sybils announce its model id")
+    ap.add_argument("--task-options", default="{}")
+    ap.add_argument("--seconds", type=float, default=900)
+    ap.add_argument("--summary", default=None)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    hivemind_transport.Mesh = SybilMesh  # every transport of this process builds a Sybil mesh
+    sybils, summary = [], {"k": args.k, "ids": [], "rounds": {}}
+    try:
+        for i in range(args.k):  # each knows the victims and the Sybils before it: they name each other
+            known = args.peers + [s.join_addrs()[0] for s in sybils[:8]]
+            cfg = SwarmConfig(run_id=args.run_id, peers=known, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+            sybils.append(hivemind_transport.HivemindTransport(cfg, model_id="unset", tokenizer="unset"))
+            sybils[-1].start()
+        public = PublicModel(args.model, args.task_options, args.run_id, sybils[0].peer_id)
+        for s in sybils:
+            s.model_id, s.tokenizer = public.policy.model_id, public.tokenizer
+        summary["ids"] = [s.peer_id for s in sybils]
+        print("SYBILS " + " ".join(summary["ids"]), flush=True)
+        ours, last, t_end = set(summary["ids"]), 0, time.monotonic() + args.seconds
+        while time.monotonic() < t_end:  # never give up: a benched Sybil dials again once its bench ends
+            seen = [p.round for s in sybils for p in s.peers() if p.peer_id not in ours]
+            r = max(seen, default=0)
+            if r > last:
+                last = r
+                for s in sybils:
+                    s.publish(r, r)  # the victims' round, no offers: present, never delivering
+                summary["rounds"][r] = {s.peer_id: sorted(s.neighbours()) for s in sybils}
+                if args.summary:
+                    write_json_atomic(args.summary, summary, durable=False)
+            time.sleep(0.5)
+        return 0
+    finally:
+        if args.summary:
+            write_json_atomic(args.summary, summary, durable=False)
+        for s in sybils:
+            s.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
