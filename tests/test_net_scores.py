@@ -159,3 +159,25 @@ def test_a_graylisted_neighbour_is_dropped_refused_and_not_dialled():
     mesh.graylist("QmA", 100.0)
     assert "QmA" not in mesh.neighbors and mesh.receive("QmA", _ann(), 50.0)["status"] == "full"
     assert mesh.candidates(5, 50.0) == [] and mesh.candidates(5, 100.0) == [("QmA", ADDR)]
+
+
+def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_never_delivered():
+    """Sybils that dialled first fill every inbound slot and deliver nothing; the honest peer that
+    knocks next used to be answered `full` for as long as they stayed (a real node: 12 rounds at 0
+    packets). Starving, the node admits it in place of the inbound neighbour that had the most
+    rounds to deliver; fed (a neighbour credited lately), it keeps its neighbours."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    for s in SYBILS:
+        mesh.receive(s, _ann(degree=0), 1.0)
+    assert len(mesh.neighbors) == 4 and mesh.receive("QmH", _ann(), 1.0)["status"] == "full"
+    for r in (2, 3):  # rounds pass, nothing credited
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        assert mesh.starving() is (r == 3)
+    assert mesh.receive("QmH", _ann(), 3.0)["status"] == "ok" and "QmH" in mesh.neighbors
+    assert len(mesh.neighbors) == 4 and sum(t > 3.0 for t in mesh.benched.values()) == 1  # one Sybil benched
+    mesh.set_own("m", "t", 4, 1, [], ADDR)
+    mesh.credit("QmH", 4.0)
+    assert not mesh.starving()
+    assert mesh.receive("QmLate", _ann(), 4.0)["status"] == "full"  # fed: nobody is displaced
+    assert "QmH" in mesh.neighbors

@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten)
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
+STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
 
@@ -220,14 +221,30 @@ class Mesh:
 
     def _room_for(self, peer: str, now: float) -> bool:
         """A neighbor stays; a new peer that dialled us is taken while we have fewer than `max_degree`
-        neighbors and fewer than `max_degree - out_quota` that dialled us, unless it is benched.
-        Its announced degree plays no part (a liar says 0)."""
+        neighbors and fewer than `max_degree - out_quota` that dialled us, unless it is benched; when
+        full and `starving`, in place of an inbound neighbour that delivered nothing. Its announced
+        degree plays no part (a liar says 0)."""
         if peer in self.neighbors:
             return True
         if self.benched.get(peer, 0.0) > now:
             return False
-        inbound = sum(1 for n in self.neighbors.values() if not n.score.outbound)
-        return len(self.neighbors) < self.params.max_degree and inbound < self.params.max_degree - self.params.out_quota
+        inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
+        if len(self.neighbors) < self.params.max_degree and len(inbound) < self.params.max_degree - self.params.out_quota:
+            return True
+        # Full while starving: what holds our slots is not feeding us (16 live Sybils that dialled
+        # first kept a node at 0 packets for 12 rounds of 20 s). The newcomer takes the slot of the
+        # inbound neighbour that has had the most rounds to deliver and did not.
+        stale = [q for q in inbound if self.neighbors[q].score.since_round < self.round]
+        if not self.starving() or not stale:
+            return False
+        self._bench(min(stale, key=lambda q: self.neighbors[q].score.since_round), now)
+        return True
+
+    def starving(self) -> bool:
+        """We credit packets (an exchange runs), it is past our first rounds, and no neighbour
+        delivered a packet we took in the last STARVING_ROUNDS rounds."""
+        last = max((n.score.credited_round for n in self.neighbors.values()), default=0)
+        return self.measuring and self.round > STARVING_ROUNDS and self.round - max(last, 0) >= STARVING_ROUNDS
 
     def _refuse(self, peer: str, reason: str) -> dict:
         self.refused[reason] += 1
