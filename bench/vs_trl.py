@@ -309,7 +309,8 @@ def main() -> None:
                          ours["median_step_cpu_s"] / r["median_step_cpu_s"] if ours else None,
                          ours["peak"] / r["peak"] if ours else None])
             (r["ours_over_this_time"], r["ours_over_this_cpu_time"], r["ours_over_this_peak"]) = rows[-1][8:11]
-    C.print_table(f"One GRPO step on CPU, {args.preset} warm-started, arith, 2 prompts x 12 completions, "
+    start = "warm-started" if args.preset.startswith("tiny-") else "pretrained, no warm start"
+    C.print_table(f"One GRPO step on CPU, {args.preset} {start}, arith, 2 prompts x 12 completions, "
                   f"<= {args.max_new_tokens} tokens, micro-batch 8, 1 thread (median of {args.repeats} x {args.steps} steps)",
                   ["scenario", "side", "wall ms/step", "best wall ms", "CPU ms/step", "peak RSS MiB",
                    "peak above start MiB", "active seqs", "ours/this wall", "ours/this CPU", "ours/this peak RSS"], rows,
