@@ -241,10 +241,10 @@ class Mesh:
         return True
 
     def starving(self) -> bool:
-        """We credit packets (an exchange runs), it is past our first rounds, and no neighbour
-        delivered a packet we took in the last STARVING_ROUNDS rounds."""
+        """We credit packets (an exchange runs) and no neighbour delivered a packet we took in the
+        last STARVING_ROUNDS rounds (from round 2 on if none ever did)."""
         last = max((n.score.credited_round for n in self.neighbors.values()), default=0)
-        return self.measuring and self.round > STARVING_ROUNDS and self.round - max(last, 0) >= STARVING_ROUNDS
+        return self.measuring and self.round - max(last, 0) >= STARVING_ROUNDS
 
     def _refuse(self, peer: str, reason: str) -> dict:
         self.refused[reason] += 1
@@ -316,11 +316,13 @@ class Mesh:
             n.score.credited_round, n.score.credited_t = self.round, now
 
     def idle(self, now: float) -> list[str]:
-        """Neighbors that delivered nothing for idle_rounds of our rounds (and idle_s), the longest idle first."""
+        """Neighbors that delivered nothing for idle_rounds of our rounds (and idle_s), the longest idle
+        first; while starving, for STARVING_ROUNDS rounds (an eclipsed node must not sit out 5 full waits)."""
         p = self.params
         if not self.measuring:
             return []
-        idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, p.idle_rounds, p.idle_s)]
+        rounds, seconds = (STARVING_ROUNDS, 0.0) if self.starving() else (p.idle_rounds, p.idle_s)
+        idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, rounds, seconds)]
         return sorted(idle, key=lambda q: (max(self.neighbors[q].score.since_round, self.neighbors[q].score.credited_round),
                                            self.neighbors[q].score.credits))
 
@@ -348,6 +350,10 @@ class Mesh:
         """Idle neighbors lose their slot even below `degree`: those that dialled us at once, those we
         dialled to a waiting candidate (one each). A node whose neighbors deliver nothing while others
         could is treated as eclipsed and dials out; the evicted are benched (refused, not dialled)."""
+        if self.starving():  # eclipsed: the peers we were told to join through are tried again now
+            for p in self.initial:
+                if p not in self.neighbors and self.benched.get(p, 0.0) <= now:
+                    self.retry_at[p] = min(self.retry_at.get(p, now), now)
         waiting = sum(1 for p in self.known if p not in self.neighbors and p != self.own_id
                       and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now)
         idle = self.idle(now)
