@@ -37,7 +37,7 @@ from swarm_node.train.defaults import resolve as resolve_defaults
 from swarm_node.train.evaluate import held_out, pass_at_1
 from swarm_node.train.models import plan_node_memory
 from swarm_node.train.policy import Policy
-from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, group_stats, prompt_tokens,
+from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, group_stats, has_signal, prompt_tokens,
                                       round_examples, round_seed, sample_groups)
 from swarm_node.train.sampling import Sampler
 from swarm_node.train.sampling.hf import HFSampler
@@ -231,7 +231,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 row.update(trainer.step(batch))
                 if exchange is not None:  # the mesh keeps neighbours we took data from that did not misbehave
                     exchange.credit(accepted, set(sources) - {OWN},
-                                    implausible_only(sources, batch.rewards > 0, trainer.implausible))
+                                    implausible_only(sources, batch.rewards > 0, trainer.implausible),
+                                    useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)})
 
                 # ---------------------------------------------------------------- sync weights
                 sampler.sync(policy, trainer.policy_version)

@@ -50,7 +50,7 @@ class Status:
     params: int | None = None
     trainable_params: int | None = None
     warmstart: dict | None = None
-    neighbours: dict | None = None  # a swarm node's neighbours as it measured them: outbound, credits, rounds_idle
+    neighbours: dict | None = None  # a swarm node's neighbours as it measured them: outbound, credits, rounds_idle, rounds_useless
     error: str | None = None
     updated_at: float = 0.0
 

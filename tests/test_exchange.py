@@ -57,7 +57,7 @@ class ScriptedTransport:
     def distrust(self, peer, digest):
         pass
 
-    def credit(self, peer):
+    def credit(self, peer, useful=True):
         self.credited.append(peer)
 
     def measure(self):
@@ -128,8 +128,8 @@ class PacedTransport(ScriptedTransport):
         return [PeerInfo(p, "m", "t", 2, 5, 1, [], 0.0) for p in self.names]
 
     def neighbours(self):
-        return {p: {"outbound": False, "credits": int(p in self.credited_lately),
-                    "rounds_idle": 1 if p in self.credited_lately else 9} for p in self.names}
+        return {p: {"outbound": False, "credits": 3 if p in self.credited_lately else int(p == "QmLaggard"),
+                    "rounds_idle": 1 if p in self.credited_lately else 3} for p in self.names}
 
 
 def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_others():
@@ -157,6 +157,8 @@ def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_othe
     assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
     accepted, _, seconds = run(0.5, ["QmFast", "QmSilent"], [["QmFast"]], credited=())
     assert seconds < 0.45
+    accepted, _, seconds = run(2.0, ["QmFast", "QmLaggard"], [["QmFast"]])  # delivered 3 rounds ago: no wait
+    assert seconds < 0.5
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():

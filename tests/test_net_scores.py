@@ -182,3 +182,27 @@ def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_
     assert not mesh.starving()
     assert mesh.receive("QmLate", _ann(), 4.0)["status"] == "full"  # fed: nobody is displaced
     assert "QmH" in mesh.neighbors
+
+
+def test_a_fed_node_gives_a_newcomer_the_slot_of_a_neighbour_whose_groups_never_taught():
+    """6 Sybils sending valid all-wrong groups (no training signal) were credited and kept every
+    slot (red team 2). Credited but useless for USELESS_ROUNDS, the oldest such inbound neighbour
+    yields its slot to a knocking newcomer; a useful one never does, and nobody is displaced early."""
+    from swarm_node.net.announce import USELESS_ROUNDS
+
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    for s in SYBILS:
+        mesh.receive(s, _ann(degree=0), 1.0)
+    inbound = sorted(mesh.neighbors)
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    for r in range(1, USELESS_ROUNDS + 1):
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        for q in inbound:  # every round each delivers a valid packet the step takes: credited, not useful
+            mesh.credit(q, float(r), useful=q == inbound[0])
+        if r < USELESS_ROUNDS:
+            assert mesh.receive("QmH", _ann(), float(r))["status"] == "full"
+    assert not mesh.starving()
+    assert mesh.receive("QmH", _ann(), 9.0)["status"] == "ok"
+    assert "QmH" in mesh.neighbors and inbound[0] in mesh.neighbors and len(mesh.neighbors) == 4
+    assert mesh.scores()[inbound[0]]["rounds_useless"] == 0

@@ -72,8 +72,15 @@ def test_nodes_without_a_seed_draw_their_own_prompts_and_samples(arith):
     assert round_examples(arith, 3, 4, f"node/{a}") != round_examples(arith, 3, 4, f"node/{b}")
 
 
+def _teaching():
+    """A group whose rewards differ (has_signal): the buffer's test stand-in for a real group."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(completions=[SimpleNamespace(reward=0.0), SimpleNamespace(reward=1.0)])
+
+
 def test_buffer_takes_own_groups_and_a_fair_share_of_peer_groups():
-    own, a, b, c = (object() for _ in range(4))
+    own, a, b, c = (_teaching() for _ in range(4))
     buffer = RolloutBuffer(max_peer_groups=4, peer_groups_per_own=2.0, max_peer_share=1.0)
     buffer.add([own, own], OWN)
     buffer.add([a] * 5, "a")
@@ -104,18 +111,44 @@ def test_buffer_takes_own_groups_and_a_fair_share_of_peer_groups():
 ])
 def test_peer_influence_is_bounded_relative_to_own_data(n_own, ratio, share, peers, expected_peer_groups, most_from_one):
     buffer = RolloutBuffer(max_peer_groups=24, peer_groups_per_own=ratio, max_peer_share=share)
-    buffer.add([object() for _ in range(n_own)], OWN)
+    buffer.add([_teaching() for _ in range(n_own)], OWN)
     for peer, n in peers.items():
-        buffer.add([object() for _ in range(n)], peer)
+        buffer.add([_teaching() for _ in range(n)], peer)
     for round_index in range(4):  # the bound holds whichever peer the round-robin starts with
         if round_index:
-            buffer.add([object() for _ in range(n_own)], OWN)
+            buffer.add([_teaching() for _ in range(n_own)], OWN)
             for peer, n in peers.items():
-                buffer.add([object() for _ in range(n)], peer)
+                buffer.add([_teaching() for _ in range(n)], peer)
         sources = [x.source for x in buffer.take(round_index)]
         assert sources[:n_own] == [OWN] * n_own
         assert len(sources) - n_own == expected_peer_groups <= ratio * n_own
         assert max([sources.count(p) for p in peers], default=0) == most_from_one
+
+
+def test_groups_that_cannot_teach_yield_the_peer_slots_to_those_that_can():
+    """4 Sybils sending valid all-wrong groups (every advantage 0) took 4 of 5 peer slots from the
+    honest peer (red team 2, `wrongkeep`); now every peer's teaching groups go first."""
+    from types import SimpleNamespace
+
+    def flat():
+        return SimpleNamespace(completions=[SimpleNamespace(reward=0.0), SimpleNamespace(reward=0.0)])
+
+    buffer = RolloutBuffer(max_peer_groups=4, peer_groups_per_own=1.0, max_peer_share=1.0)
+    buffer.add([_teaching() for _ in range(4)], OWN)
+    for k in range(4):
+        buffer.add([flat() for _ in range(4)], f"sybil{k}")
+    honest = [_teaching() for _ in range(4)]
+    buffer.add(honest, "honest")
+    for r in range(5):  # whichever peer the round-robin starts with
+        if r:
+            buffer.add([_teaching() for _ in range(4)], OWN)
+            for k in range(4):
+                buffer.add([flat() for _ in range(4)], f"sybil{k}")
+            buffer.add(honest, "honest")
+        assert [x.source for x in buffer.take(r)[4:]] == ["honest"] * 4
+    buffer.add([_teaching()], OWN)
+    buffer.add([flat()], "sybil0")
+    assert [x.source for x in buffer.take(0)] == [OWN, "sybil0"]  # slots left over still take them
 
 
 def test_horizontal_buffer_takes_one_group_per_prompt_per_peer():

@@ -113,14 +113,14 @@ class Transport(Protocol):
         misbehaviour in (`credit`), so a neighbor that delivers nothing, or only implausible
         data, may lose its slot (a transport used without an exchange idles nobody)."""
 
-    def credit(self, peer_id: str) -> None:
+    def credit(self, peer_id: str, useful: bool = True) -> None:
         """`peer_id` delivered a packet the node admitted and trained with (swarm/exchange.py says
-        when): what the transport measured of its neighbors keeps that one in the mesh
-        (net/scores.py); a self-reported degree does not."""
+        when), `useful` if a group of it carried a training signal: what the transport measured of
+        its neighbors keeps that one in the mesh (net/scores.py); a self-reported degree does not."""
 
     def neighbours(self) -> dict[str, dict]:
         """What this node measured of each neighbour (net/scores.py): {peer: {outbound, credits,
-        rounds_idle}}; the node writes it to OUT/status.json every round."""
+        rounds_idle, rounds_useless}}; the node writes it to OUT/status.json every round."""
 
     def peers(self) -> list[PeerInfo]:
         """The live peers of this run, as their records describe them."""

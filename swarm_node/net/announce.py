@@ -50,6 +50,7 @@ MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
 STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
+USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
 
@@ -222,7 +223,7 @@ class Mesh:
     def _room_for(self, peer: str, now: float) -> bool:
         """A neighbor stays; a new peer that dialled us is taken while we have fewer than `max_degree`
         neighbors and fewer than `max_degree - out_quota` that dialled us, unless it is benched; when
-        full and `starving`, in place of an inbound neighbour that delivered nothing. Its announced
+        full, in place of an inbound neighbour that fed us nothing (see below). Its announced
         degree plays no part (a liar says 0)."""
         if peer in self.neighbors:
             return True
@@ -231,13 +232,19 @@ class Mesh:
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
         if len(self.neighbors) < self.params.max_degree and len(inbound) < self.params.max_degree - self.params.out_quota:
             return True
-        # Full while starving: what holds our slots is not feeding us (16 live Sybils that dialled
-        # first kept a node at 0 packets for 12 rounds of 20 s). The newcomer takes the slot of the
-        # inbound neighbour that has had the most rounds to deliver and did not.
-        stale = [q for q in inbound if self.neighbors[q].score.since_round < self.round]
-        if not self.starving() or not stale:
+        # Full: a newcomer takes the slot of the inbound neighbour that has fed us least, if that one
+        # had its chance. Starving, any that delivered nothing for STARVING_ROUNDS (16 live Sybils
+        # that dialled first kept a node at 0 packets for 12 rounds of 20 s); fed, one whose groups
+        # carried no training signal for USELESS_ROUNDS (6 Sybils sending valid all-wrong groups
+        # were credited and kept every slot: the honest peer got none in 60 rounds).
+        starving = self.starving()
+        def last_fed(q: str) -> int:
+            s = self.neighbors[q].score
+            return max(s.since_round, s.credited_round if starving else s.useful_round)
+        stale = [q for q in inbound if self.round - last_fed(q) >= (STARVING_ROUNDS if starving else USELESS_ROUNDS)]
+        if not self.measuring or not stale:
             return False
-        self._bench(min(stale, key=lambda q: self.neighbors[q].score.since_round), now)
+        self._bench(min(stale, key=last_fed), now)
         return True
 
     def starving(self) -> bool:
@@ -307,13 +314,16 @@ class Mesh:
         n, p = len(self.neighbors), self.params
         return max(p.degree - n, min(p.max_degree - n, p.out_quota - self.outbound()))
 
-    def credit(self, peer: str, now: float) -> None:
-        """`peer` delivered a packet first that the node accepted (not an echo): its slot is earned."""
+    def credit(self, peer: str, now: float, useful: bool = True) -> None:
+        """`peer` delivered a packet first that the node accepted (not an echo): its slot is earned;
+        `useful`: one of its groups carried a training signal (its rewards differ)."""
         self.measuring = True
         n = self.neighbors.get(peer)
         if n is not None:
             n.score.credits += 1
             n.score.credited_round, n.score.credited_t = self.round, now
+            if useful:
+                n.score.useful_round = self.round
 
     def idle(self, now: float) -> list[str]:
         """Neighbors that delivered nothing for idle_rounds of our rounds (and idle_s), the longest idle
@@ -385,7 +395,7 @@ class Mesh:
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def scores(self) -> dict[str, dict]:
-        """What we measured of each neighbor: outbound, credits, rounds_idle (metrics, tools)."""
+        """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless (metrics, tools)."""
         return {p: n.score.as_dict(self.round) for p, n in list(self.neighbors.items())}
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:

@@ -41,6 +41,7 @@ class Score:
     credits: int = 0  # accepted, non-echo packets it delivered first
     credited_round: int = -1  # our round at its last credit
     credited_t: float = float("-inf")  # our clock at its last credit
+    useful_round: int = -1  # our round when a group of it last carried a training signal (mixed rewards)
 
     def idle(self, round: int, now: float, idle_rounds: int, idle_s: float) -> bool:
         """Delivered nothing for idle_rounds of our rounds and idle_s seconds (since it joined or its last credit)."""
@@ -51,7 +52,8 @@ class Score:
 
     def as_dict(self, round: int) -> dict:
         last = max(self.since_round, self.credited_round)
-        return {"outbound": self.outbound, "credits": self.credits, "rounds_idle": max(0, round - last)}
+        return {"outbound": self.outbound, "credits": self.credits, "rounds_idle": max(0, round - last),
+                "rounds_useless": max(0, round - max(self.since_round, self.useful_round))}
 
 
 class TokenBucket:

@@ -42,7 +42,7 @@ from swarm_node.wire.contract import by_reference
 
 log = logging.getLogger(__name__)
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
-FAIR_ROUNDS = 5  # fair arrival waits only for neighbours that delivered a packet we took within this many rounds
+FAIR_ROUNDS = 2  # fair arrival waits only for neighbours that delivered a packet we took in one of our last 2 rounds
 
 
 def count_tokens(groups: list[Group]) -> int:
@@ -131,21 +131,25 @@ class Exchange:
         stats.update(gate.take_stats())
         return accepted, stats
 
-    def credit(self, accepted: list[tuple[str, Packet]], taken: set[str], implausible: set[str]) -> list[str]:
+    def credit(self, accepted: list[tuple[str, Packet]], taken: set[str], implausible: set[str],
+               useful: set[str] | None = None) -> list[str]:
         """Credit the neighbours that delivered admitted packets the step took (`taken`: peers with a
         group in it), except `implausible`: the peers all of whose positives in the step were found
-        implausible (see the module docstring). Returns the credited."""
+        implausible (see the module docstring); `useful` (default: all taken) marks those with a
+        group whose rewards differ. Returns the credited."""
         earned = sorted(({peer for peer, _ in accepted} & taken) - implausible)
         for peer in earned:
-            self.transport.credit(peer)
+            self.transport.credit(peer, useful=useful is None or peer in useful)
         return earned
 
     def _proven_producers(self) -> set[str]:
-        """Neighbours a fair wait is for: producers whose packets a step of ours took within the last
-        FAIR_ROUNDS rounds (`credit`). A neighbour that never delivered gets none: ids are free, and
-        silent ones that each bought fair_wait_s made every round of a node with 3 live Sybils as
-        neighbours 9x slower (bench/redteam_eclipse.py). A new honest peer's packet still counts
-        whenever it arrives within the round's wait or the staleness window, and earns it the wait."""
+        """Neighbours a fair wait is for: producers whose packets a step of ours took in one of our
+        last FAIR_ROUNDS rounds (`credit`), so a peer buys at most fair_wait_s of our time per packet
+        it delivered. A neighbour that never delivered gets none: ids are free, and silent ones that
+        each bought fair_wait_s made every round of a node with 3 live Sybils as neighbours 9x
+        slower (bench/redteam_eclipse.py); one delivering every 4th round kept every round 2 s
+        longer while credited within 5 (red team 2, `laggard`). A new honest peer's packet still
+        counts whenever it arrives within the round's wait or the staleness window."""
         producers = [p.peer_id for p in self.transport.peers() if p.produces]
         scores = self.transport.neighbours() if producers else {}
         return {p for p in producers if p in scores and scores[p]["credits"] > 0 and scores[p]["rounds_idle"] < FAIR_ROUNDS}

@@ -91,6 +91,11 @@ def generate_groups(sampler: Sampler, policy: Policy, task: Task, examples: list
     return groups
 
 
+def has_signal(group: Group) -> bool:
+    """Whether `group` can teach anything: its rewards differ (else every advantage is 0)."""
+    return len({c.reward for c in group.completions}) > 1
+
+
 @dataclass
 class Rollout:
     """One group in the buffer, with where it came from."""
@@ -109,8 +114,10 @@ class RolloutBuffer:
     so peers' data never outweighs the node's own (at the default 1.0), and k peers share the
     slots: one liar's groups are at most ceil(share * slots) / (own + slots) of a step (1 in 4
     with the defaults: 2 own groups, 2 peer slots, 1 per peer). Peers are served round-robin,
-    the starting peer rotating with the round, each peer's groups in arrival order. Unused
-    groups are dropped (a later step must not train on older data than a peer's newer packet).
+    the starting peer rotating with the round, each peer's groups in arrival order, groups that
+    can teach (`has_signal`) before those that cannot: peers sending valid groups whose rewards
+    are all equal (no gradient) used to take 4 of 5 slots from the honest one. Unused groups are
+    dropped (a later step must not train on older data than a peer's newer packet).
 
     Horizontal mode (every node answers the same prompts, groups merge across nodes) takes from
     each peer at most one group per prompt we answered, so a peer's weight in a merged group is
@@ -139,12 +146,17 @@ class RolloutBuffer:
         else:
             slots = min(self.max_peer_groups, math.floor(self.peer_groups_per_own * len(own) + 1e-9))
             per_peer = math.ceil(self.max_peer_share * slots - 1e-9)
-            queues = [by_peer[peer][:per_peer] for peer in peers]
+            queues = [sorted(by_peer[peer], key=lambda e: not has_signal(e.group))[:per_peer] for peer in peers]
+        # vertical: every peer's teaching groups first, round-robin, then the rest (horizontal: a
+        # group's signal only shows once merged with ours, so all count alike)
+        teaches = (lambda e: True) if self.horizontal else (lambda e: has_signal(e.group))
         picked: list[Rollout] = []
-        while len(picked) < slots and any(queues):
-            for queue in queues:
-                if queue and len(picked) < slots:
-                    picked.append(queue.pop(0))
+        for teaching in (True, False):
+            rest = [[e for e in queue if teaches(e) == teaching] for queue in queues]
+            while len(picked) < slots and any(rest):
+                for queue in rest:
+                    if queue and len(picked) < slots:
+                        picked.append(queue.pop(0))
         self.entries = []
         return own + picked
 
