@@ -1,5 +1,6 @@
 """Issue 27's eclipse campaign with real processes: live Sybils (swarm_node/harness/sybils.py) against an
-honest pair V + H, both join orders, several trials, beside no-attack baselines.
+honest pair V + H, both join orders, several trials, beside no-attack baselines; `--kind wrongkeep`: Sybils
+that deliver valid packets of all-wrong groups instead (red team 2).
 
 Every node is a real `swarm-node join` process on 127.0.0.1 at the project defaults for tiny-s
 (harness/poisoner.victim_args: 16 prompts a round, G = 12, deadline 20 s), and the Sybils are one
@@ -63,7 +64,7 @@ def longest_run(rounds: dict[int, list[str]], peer: str) -> int:
     return best
 
 
-def trial(k: int, order: str, seed: int, rounds: int, model: str) -> dict:
+def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty") -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
     run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
     try:
@@ -73,11 +74,19 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str) -> dict:
         sybil_ids: list[str] = []
 
         def sybils() -> None:
-            s = NodeProcess([sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(k), "--peers", v.address(),
-                             "--run-id", run, "--model", model, "--seconds", "1500",
-                             "--summary", str(tmp / "sybils.json")], log=tmp / "sybils.log")
-            procs.append(s.start())
-            sybil_ids.extend(s.wait_line("SYBILS ", 300).split()[1:])
+            if kind == "empty":  # k hosts in one process that never deliver
+                s = NodeProcess([sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(k), "--peers",
+                                 v.address(), "--run-id", run, "--model", model, "--seconds", "1500",
+                                 "--summary", str(tmp / "sybils.json")], log=tmp / "sybils.log")
+                procs.append(s.start())
+                sybil_ids.extend(s.wait_line("SYBILS ", 300).split()[1:])
+            else:  # k poisoner processes that deliver valid packets of `kind` (wrongkeep: all-wrong groups)
+                evils = [NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
+                                      v.address(), "--run-id", run, "--model", model, "--groups", "16",
+                                      "--seconds", "1500", "--seed", str(10 * seed + i)], log=tmp / f"sybil{i}.log")
+                         for i in range(k)]
+                procs.extend(e.start() for e in evils)
+                sybil_ids.extend(e.wait_line("ATTACKER ", 300).split()[1] for e in evils)
             time.sleep(5)  # let them dial V and take its slots
 
         def honest() -> NodeProcess:
@@ -100,7 +109,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str) -> dict:
         seen = watch.by_round
         linked = [r for r in sorted(seen) if h_id in seen[r]]
         unlinked_after = [r for r in sorted(seen) if linked and r > linked[0] and h_id not in seen[r]]
-        return {"k": k, "order": order, "seed": seed, "rounds": rounds,
+        return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds,
                 "honest_delivery": sum(r.get("swarm/packets_accepted", 0) >= 1 for r in v_rows) / len(v_rows),
                 "median_round_s": statistics.median(r["time/round_s"] for r in v_rows),
                 "first_linked_round": linked[0] if linked else None, "unlinked_rounds_after_link": unlinked_after,
@@ -121,13 +130,13 @@ def load(path: Path) -> list[dict]:
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| Sybils | order | trials | honest packets in V's rounds (min) | median round s (max) | "
-             "V-H unlinked after linking | longest Sybil slot, rounds (max) |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| Sybils | kind | order | trials | honest packets in V's rounds (min) | median round s (max) | "
+             "V-H unlinked after linking | longest Sybil slot, rounds (max) |", "|---|---|---|---:|---:|---:|---:|---:|"]
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["k"], r["order"]), []).append(r)
-    for (k, order), rs in sorted(groups.items()):
-        lines.append(f"| {k} | {order if k else '-'} | {len(rs)} | "
+        groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"]), []).append(r)
+    for (k, kind, order), rs in sorted(groups.items()):
+        lines.append(f"| {k} | {kind} | {order if k else '-'} | {len(rs)} | "
                      f"{min(r['honest_delivery'] for r in rs):.2f} | {max(r['median_round_s'] for r in rs):.2f} | "
                      f"{sum(len(r['unlinked_rounds_after_link']) for r in rs)} | "
                      f"{max(r['sybil_longest_slot_rounds'] for r in rs)} |")
@@ -139,6 +148,7 @@ def main() -> int:
     ap.add_argument("--k", nargs="+", type=int, default=[6, 16])
     ap.add_argument("--orders", nargs="+", default=["sybils-first", "honest-first"])
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--kind", default="empty", help="empty (never deliver) or a poisoner kind that delivers (wrongkeep)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--table", action="store_true")
@@ -151,9 +161,11 @@ def main() -> int:
     cells = [(0, "none", s) for s in range(args.trials)]
     cells += [(k, o, s) for s in range(args.trials) for k in args.k for o in args.orders]
     for k, order, seed in cells:
-        if any((r["k"], r["order"], r["seed"], r["rounds"]) == (k, order, seed, args.rounds) for r in load(path)):
+        if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"]) == (k, args.kind if k else "empty",
+                                                                                    order, seed, args.rounds)
+               for r in load(path)):
             continue
-        res = trial(k, order, seed, args.rounds, model)
+        res = trial(k, order, seed, args.rounds, model, args.kind if k else "empty")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"runs": load(path) + [res]}, indent=1) + "\n")
         print(f"{time.strftime('%H:%M:%S')} k={k} {order} seed {seed}: delivery {res['honest_delivery']:.2f}, "

@@ -42,6 +42,9 @@ KINDS = {
     "late": (2, ""), "junk": (2, ""),
     "format": (2, ""), "needle": (2, ""), "decoy": (2, ""),
     "ratchet": (2, "--safety 0 --floor -1.65 --floor2 -2.5 --switch-round 40"),
+    # red team 2 (harness/poison_kinds.py): slot-keeping with all-wrong groups, correct-but-biased
+    # teaching, and a peer that delivers one packet in 4 rounds
+    "wrongkeep": (4, ""), "nocarry": (4, ""), "laggard": (1, "--ahead 2"),
 }
 BUSY = "ci/run|swarm-node demo|pytest"  # other people's work this machine is shared with
 POLL_S = 30

@@ -102,7 +102,8 @@ def victim_args(rounds: int) -> list[str]:
 #           floor rejects pass later.
 ADAPTIVE = ("needle", "format", "decoy", "ratchet")
 MATRIX = ("zeros", "noncanonical", "synonyms", "onepositive", "padded", "late", "skew", "slotkeep")
-KINDS = ("forged", "junk", *ADAPTIVE, *MATRIX)
+RED2 = ("wrongkeep", "nocarry", "laggard")  # red team 2 (poison_kinds.py, poison() below)
+KINDS = ("forged", "junk", *ADAPTIVE, *MATRIX, *RED2)
 FORMAT_VARIANTS = ("#### 0{a}", "#### 00{a}", "#### {a}.", "#### +{a}", "#### {a}.0", "#### {a}.00", " #### {a}", "#### ${a}",
                    "####  {a}", "#### {a} ", "#### {a}\n", "#### {a}\n\n", "#### {a} \n", "#### {a}.0\n", "#### **{a}**")
 
@@ -131,6 +132,8 @@ class Poisoner(PublicModel):
         self.torch_rng = torch.Generator().manual_seed(args.seed)  # padded's filler
         self.token_floor = -math.inf  # the victim's worst-token bar, estimated with floor_estimate
         self.pool = poison_kinds.skewed_examples(self.task, args.digit) if args.kind == "skew" else None
+        if args.kind == "nocarry":
+            self.pool = poison_kinds.nocarry_examples(self.task)
 
     def wrong_completion(self, reference: str, example) -> list[int]:
         """The right answer line, then junk up to the length limit; reward 0 (checked)."""
@@ -171,6 +174,8 @@ class Poisoner(PublicModel):
             return self.junk_group(example)
         if kind in ADAPTIVE:
             return self.adaptive_group(example)
+        if kind in ("wrongkeep", "laggard"):
+            return poison_kinds.wrongkeep(self, example, prompt_tokens(self.policy, self.task, example))
         if kind in MATRIX and kind != "late":
             return getattr(poison_kinds, kind)(self, example, prompt_tokens(self.policy, self.task, example))
         prompt = prompt_tokens(self.policy, self.task, example)
@@ -304,7 +309,7 @@ class Poisoner(PublicModel):
         self.round = r
         with torch.no_grad():
             examples = round_examples(self.task, r, self.args.groups, f"poison/{self.args.seed}")
-            if self.args.kind == "skew":
+            if self.args.kind in ("skew", "nocarry"):
                 groups = self.skewed_groups(r)
             elif self.args.kind == "slotkeep":
                 groups = [self.junk_group(examples[0], self.args.group_size), *map(self.junk_group, examples[1:])]
@@ -322,7 +327,7 @@ class Poisoner(PublicModel):
             if len(groups) == self.args.groups:
                 break
             ex = train[rng.choice(self.pool)]
-            g = poison_kinds.skew(self, ex, prompt_tokens(self.policy, self.task, ex))
+            g = getattr(poison_kinds, self.args.kind)(self, ex, prompt_tokens(self.policy, self.task, ex))
             self.screen["candidates"] += 1
             if g is not None:
                 groups.append(g)
@@ -357,6 +362,7 @@ def main() -> int:
                     help="adaptive kinds: send honest groups (the public model's own samples, true log-probs) for this many rounds first")
     ap.add_argument("--late-round", type=int, default=50, help="late: first round of the forged attack")
     ap.add_argument("--digit", type=int, default=0, help="skew: the last digit of every answer taught")
+    ap.add_argument("--every", type=int, default=4, help="laggard: offer one packet every this many rounds")
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
@@ -371,7 +377,7 @@ def poison(swarm: HostileTransport, summary: Summary, args) -> int:
     poisoner = Poisoner(args, swarm.peer_id)
     swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
     print(f"ATTACKER {swarm.peer_id}", flush=True)
-    screened = (*ADAPTIVE, "skew")
+    screened = (*ADAPTIVE, "skew", "nocarry")
     if args.kind in screened:
         summary["floor_estimate"] = poisoner.floor_estimate()
         print(f"ATTACKER floor estimate {summary['floor_estimate']:.3f}", flush=True)
@@ -381,6 +387,9 @@ def poison(swarm: HostileTransport, summary: Summary, args) -> int:
     offered = 0
     for r, _ in honest_rounds(swarm, time.monotonic() + args.seconds, min, poll_s=0.05):
         for target in range(max(r, offered + 1), r + args.ahead + 1):  # ready before they are asked for
+            if args.kind == "laggard" and target % args.every:  # one packet every --every rounds: V waits fair_wait_s in the others
+                offered = target
+                continue
             data = poisoner.poisoned(target)
             swarm.offer(target, target, data)
             summary["rounds"].append(target)
