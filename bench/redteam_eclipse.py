@@ -9,8 +9,8 @@ process holding k libp2p hosts that announce degree 0, take everyone, never prun
   order sybils-first   V starts, the Sybils join V and fill its slots, then H joins V
   order honest-first   V starts, H joins, then the Sybils join V
 
-Per trial, from V's metrics and its status.json (polled twice a second): the share of V's rounds
-(2 .. end) in which V accepted a packet (only H delivers), V's median round time, whether V and H
+Per trial, from V's log, metrics and status.json (polled twice a second): the share of V's rounds
+(2 .. end) in which V trained on H's groups, V's median round time, whether V and H
 were ever out of each other's neighbours after they first linked, and the most consecutive rounds
 any Sybil held a slot at V. The baseline row is the same pair without Sybils.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -109,8 +110,12 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         seen = watch.by_round
         linked = [r for r in sorted(seen) if h_id in seen[r]]
         unlinked_after = [r for r in sorted(seen) if linked and r > linked[0] and h_id not in seen[r]]
+        # the rounds in which V trained on H's groups (with delivering Sybils, an accepted packet is not H's)
+        log = (tmp / "victim" / "node.log").read_text()
+        with_h = {int(m.group(1)) for m in re.finditer(r"round (\d+) trains on peer groups (\{[^}]*\})", log)
+                  if h_id in m.group(2)}
         return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds,
-                "honest_delivery": sum(r.get("swarm/packets_accepted", 0) >= 1 for r in v_rows) / len(v_rows),
+                "honest_delivery": sum(r["round"] in with_h for r in v_rows) / len(v_rows),
                 "median_round_s": statistics.median(r["time/round_s"] for r in v_rows),
                 "first_linked_round": linked[0] if linked else None, "unlinked_rounds_after_link": unlinked_after,
                 "sybil_longest_slot_rounds": max((longest_run(seen, s) for s in sybil_ids), default=0),

@@ -129,7 +129,7 @@ class PacedTransport(ScriptedTransport):
 
     def neighbours(self):
         return {p: {"outbound": False, "credits": 3 if p in self.credited_lately else int(p == "QmLaggard"),
-                    "rounds_idle": 1 if p in self.credited_lately else 3} for p in self.names}
+                    "rounds_idle": 1 if p in self.credited_lately else 0 if p == "QmNew" else 3} for p in self.names}
 
 
 def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_others():
@@ -155,10 +155,12 @@ def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_othe
     sybils = [f"QmSybil{i}" for i in range(16)]  # never delivered: not waited for, however many
     accepted, calls, seconds = run(2.0, ["QmFast", *sybils], [["QmFast"]])
     assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
-    accepted, _, seconds = run(0.5, ["QmFast", "QmSilent"], [["QmFast"]], credited=())
+    accepted, _, seconds = run(0.5, ["QmFast", "QmSilent"], [["QmFast"]], credited=())  # silent for 3 rounds
     assert seconds < 0.45
     accepted, _, seconds = run(2.0, ["QmFast", "QmLaggard"], [["QmFast"]])  # delivered 3 rounds ago: no wait
     assert seconds < 0.5
+    accepted, _, _ = run(2.0, ["QmFast", "QmNew"], [["QmFast"], ["QmNew"]])  # a new neighbour's first rounds
+    assert accepted == ["QmFast", "QmNew"]
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():

@@ -144,15 +144,16 @@ class Exchange:
 
     def _proven_producers(self) -> set[str]:
         """Neighbours a fair wait is for: producers whose packets a step of ours took in one of our
-        last FAIR_ROUNDS rounds (`credit`), so a peer buys at most fair_wait_s of our time per packet
-        it delivered. A neighbour that never delivered gets none: ids are free, and silent ones that
-        each bought fair_wait_s made every round of a node with 3 live Sybils as neighbours 9x
-        slower (bench/redteam_eclipse.py); one delivering every 4th round kept every round 2 s
-        longer while credited within 5 (red team 2, `laggard`). A new honest peer's packet still
-        counts whenever it arrives within the round's wait or the staleness window."""
+        last FAIR_ROUNDS rounds (`credit`), and new neighbours in their first FAIR_ROUNDS rounds
+        (`rounds_idle` counts from whichever is later), so a peer buys at most fair_wait_s of our
+        time per packet it delivered, plus its first rounds. Before: every producer not heard from
+        was waited for, and 3 silent live Sybils made every round 9x slower
+        (bench/redteam_eclipse.py); one delivering every 4th round kept every round 2 s longer (red
+        team 2, `laggard`). Without the newcomer's rounds, Sybils that deliver first every round
+        left a new honest peer's first packet out, and it never earned the wait (crowded out)."""
         producers = [p.peer_id for p in self.transport.peers() if p.produces]
         scores = self.transport.neighbours() if producers else {}
-        return {p for p in producers if p in scores and scores[p]["credits"] > 0 and scores[p]["rounds_idle"] < FAIR_ROUNDS}
+        return {p for p in producers if p in scores and scores[p]["rounds_idle"] < FAIR_ROUNDS}
 
     def _deadline(self) -> float:
         """The round's wait: `deadline_s`, except for the first node of a new swarm while nobody has
