@@ -234,14 +234,16 @@ class Mesh:
             return True
         # Full: a newcomer takes the slot of the inbound neighbour that has fed us least, if that one
         # had its chance. Starving, any that delivered nothing for STARVING_ROUNDS (16 live Sybils
-        # that dialled first kept a node at 0 packets for 12 rounds of 20 s); fed, one whose groups
-        # carried no training signal for USELESS_ROUNDS (6 Sybils sending valid all-wrong groups
-        # were credited and kept every slot: the honest peer got none in 60 rounds).
+        # that dialled first kept a node at 0 packets for 12 rounds of 20 s); fed, one whose packets
+        # we took (credited) but whose groups carried no training signal for USELESS_ROUNDS (6
+        # Sybils sending valid all-wrong groups kept every slot: the honest peer got none in 60
+        # rounds). A neighbour not credited yet (a newcomer still catching up) is only ever idle.
         starving = self.starving()
         def last_fed(q: str) -> int:
             s = self.neighbors[q].score
             return max(s.since_round, s.credited_round if starving else s.useful_round)
-        stale = [q for q in inbound if self.round - last_fed(q) >= (STARVING_ROUNDS if starving else USELESS_ROUNDS)]
+        stale = [q for q in inbound if self.round - last_fed(q) >= (STARVING_ROUNDS if starving else USELESS_ROUNDS)
+                 and (starving or self.neighbors[q].score.credits > 0)]
         if not self.measuring or not stale:
             return False
         self._bench(min(stale, key=last_fed), now)
