@@ -174,6 +174,14 @@ def t_interval(xs: list[float]) -> str:
     return f"{100 * m:+.1f} [{100 * (m - half):+.1f}, {100 * (m + half):+.1f}] (n={len(xs)})"
 
 
+def paired(run: dict, alone: dict, i: int) -> float | None:
+    """Node i's pass@1 in `run` minus alone's, at the last evaluation round both reached (a run cut
+    by --budget-s is compared where it stopped, not with alone's later rounds)."""
+    ours, theirs = dict(map(tuple, run["nodes"][i]["curve"])), dict(map(tuple, alone["nodes"][i]["curve"]))
+    common = sorted(set(ours) & set(theirs) - {0})
+    return ours[common[-1]] - theirs[common[-1]] if common else None
+
+
 def summary(results: Path) -> None:
     """Per node: each arm's final pass@1, and its seed-paired difference from alone (claims 1-4)."""
     runs = {(r["arm"], r["seed"]): r for r in (json.loads(p.read_text()) for p in sorted(results.glob("*.json")))}
@@ -183,7 +191,8 @@ def summary(results: Path) -> None:
             finals = {s: r["nodes"][i]["final"] for (a, s), r in runs.items() if a == arm}
             if not finals:
                 continue
-            diffs = [finals[s] - runs[("alone", s)]["nodes"][i]["final"] for s in finals if ("alone", s) in runs]
+            diffs = [d for s in finals if ("alone", s) in runs
+                     for d in [paired(runs[(arm, s)], runs[("alone", s)], i)] if d is not None]
             ratio = [row["is/ratio_mean"] for (a, s), r in runs.items() if a == arm
                      for row in r["nodes"][i]["rows"] if "is/ratio_mean" in row]
             print(f"  {arm:7s} mean {100 * statistics.mean(finals.values()):5.1f}% over {len(finals)} seeds; "
