@@ -50,6 +50,7 @@ MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
 STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
+STARVING_BENCH_S = 10.0  # what a starving node evicts is refused this long only: it may be an honest peer restarting
 USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
@@ -378,11 +379,16 @@ class Mesh:
         return gone
 
     def _bench(self, peer: str, now: float) -> None:
-        """Drop `peer` and refuse it for IDLE_BENCH_S, doubling with each eviction up to MAX_IDLE_BENCH_S."""
+        """Drop `peer` and refuse it for IDLE_BENCH_S, doubling with each eviction up to MAX_IDLE_BENCH_S;
+        while starving, for STARVING_BENCH_S (the starving rules act after 2 rounds: an honest peer
+        that stalled and restarts must get back; the stall/kill/resume test's B was benched 60 s)."""
         self.drop(peer)
         self.evicted_total += 1
-        self.evictions[peer] += 1
-        self.benched[peer] = now + min(MAX_IDLE_BENCH_S, IDLE_BENCH_S * 2 ** (self.evictions[peer] - 1))
+        if self.starving():
+            self.benched[peer] = now + STARVING_BENCH_S
+        else:
+            self.evictions[peer] += 1
+            self.benched[peer] = now + min(MAX_IDLE_BENCH_S, IDLE_BENCH_S * 2 ** (self.evictions[peer] - 1))
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
         if len(self.benched) > MAX_KNOWN:
             self.benched = {p: t for p, t in self.benched.items() if t > now}
