@@ -6,9 +6,9 @@
               distinct peers were *accepted* (a rejected packet does not end the wait, so a fast
               hostile peer cannot cut honest ones off) or the deadline passed (never waits forever);
               then, fair arrival, at most `fair_wait_s` more for the neighbours not heard from
-              this round that delivered lately (credited within FAIR_ROUNDS): a peer that offers
-              rounds ahead and always arrives first used to end every wait and crowd the honest
-              peer out (0 bytes from it in 100 of 100 rounds); a neighbour that never delivered
+              this round that delivered, or joined, in our last FAIR_ROUNDS rounds: a peer that
+              offers rounds ahead and always arrives first used to end every wait and crowd the
+              honest peer out (0 bytes from it in 100 of 100 rounds); a neighbour silent for longer
               is not waited for (free Sybil ids would each buy every round the wait)
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 

@@ -193,6 +193,6 @@ def group_stats(groups: list[Group], prefix: str = "") -> dict[str, float]:
         return {}
     lengths = np.array([len(c.tokens) for g in groups for c in g.completions], dtype=np.float64)  # [N]
     clipped = np.array([c.finish_reason == "length" for g in groups for c in g.completions])  # [N]
-    zero_std = [np.std([c.reward for c in g.completions]) == 0 for g in groups]
+    zero_std = [not has_signal(g) for g in groups]
     return {prefix + M.REWARD_MEAN: float(rewards.mean()), prefix + M.REWARD_ZERO_STD_FRAC: float(np.mean(zero_std)),
             prefix + M.MEAN_LENGTH: float(lengths.mean()), prefix + M.CLIPPED_RATIO: float(clipped.mean())}
