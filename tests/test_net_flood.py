@@ -10,7 +10,7 @@ import time
 import pytest
 
 from swarm_node.config import SwarmConfig
-from swarm_node.net.announce import send_announcement
+from swarm_node.net.records import send_announcement
 from swarm_node.net.hivemind import HivemindTransport
 from swarm_node.net.hivemind_internals import open_stream
 from swarm_node.net.records import ANNOUNCE_PROTOCOLS

@@ -288,3 +288,40 @@ def test_a_daemon_that_starts_too_slowly_is_one_clear_error():
     with pytest.raises(SwarmError, match="swarm.start_timeout_s"):
         sw.start()
     assert p2pd_children() == []
+
+
+@pytest.mark.slow
+def test_a_restarted_node_finds_its_anchor_again_without_any_initial_peer(tmp_path):
+    """The outbound neighbour that delivered is saved beside the identity file (`<identity>.anchors`);
+    restarted with no --peers, the node dials it first and is in the swarm again. Control: the same
+    identity without the file stays alone."""
+    import json
+    from pathlib import Path
+
+    path = str(tmp_path / "a.key")
+    anchors = Path(path + ".anchors")
+    b = started(config())
+    try:
+        a = started(config(identity=path, peers=b.join_addrs()))
+        try:
+            assert wait_until(lambda: b.peer_id in a.neighbours(), 15)
+            assert not anchors.exists()  # nothing delivered yet: nothing worth remembering
+            a.credit(b.peer_id)
+            assert [r["peer"] for r in json.loads(anchors.read_text())] == [b.peer_id]
+        finally:
+            a.close()
+        again = started(config(identity=path))
+        try:
+            assert wait_until(lambda: b.peer_id in again.neighbours(), 20)
+        finally:
+            again.close()
+        anchors.unlink()
+        alone = started(config(identity=path))
+        try:
+            time.sleep(3.0)
+            assert alone.neighbours() == {}
+        finally:
+            alone.close()
+    finally:
+        b.close()
+    assert p2pd_children() == []

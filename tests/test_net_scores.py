@@ -1,13 +1,22 @@
 """net/scores.py and the mesh's use of it (issue 27): neighbours are kept by what the node measured
 (packets accepted from them, whether it dialled them), never by the degree they announce; rates.
-Unit tests, no network; the real-process flood test is in test_net_hivemind.py."""
+Unit tests, no network, and one real-process test in network namespaces (the per-subnet limit);
+the flood test is test_net_flood.py, anchors across a restart test_net_hivemind.py."""
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+import time
 
 import pytest
 
+from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
+from swarm_node.harness.process import NodeProcess
 from swarm_node.net.announce import STARVING_BENCH_S, Mesh, MeshParams
+from swarm_node.net.scores import subnet_of
+from swarm_node.status import read_status
 
 ADDR = ["/ip4/127.0.0.1/tcp/1"]
 SYBILS = [f"QmSybiA{i}" for i in range(1, 7)]
@@ -207,3 +216,124 @@ def test_a_fed_node_gives_a_newcomer_the_slot_of_a_neighbour_whose_groups_never_
     assert mesh.receive("QmH", _ann(), 9.0)["status"] == "ok"
     assert "QmH" in mesh.neighbors and inbound[0] in mesh.neighbors and len(mesh.neighbors) == 4
     assert mesh.scores()[inbound[0]]["rounds_useless"] == 0
+
+
+def test_subnet_of_keys_public_addresses_by_their_24_or_48_and_exempts_the_rest():
+    assert subnet_of("/ip4/11.12.0.7/tcp/4001") == subnet_of("/ip4/11.12.0.200/udp/1/quic") == "11.12.0.0/24"
+    assert subnet_of("/ip4/11.12.1.7/tcp/4001") == "11.12.1.0/24"
+    assert subnet_of("/ip6/2001:4860:1:2::5/tcp/1") == "2001:4860:1::/48"
+    for exempt in ("/ip4/127.0.0.1/tcp/1", "/ip4/10.1.0.2/tcp/1", "/ip4/192.168.1.4/tcp/1", "/ip4/172.17.0.3/tcp/1",
+                   "/ip4/100.64.0.9/tcp/1", "/ip6/::1/tcp/1", "/ip6/fd00::1/tcp/1", "/dns4/example.org/tcp/1",
+                   "/ip4/11.12.0.7/tcp/1/p2p/QmRelay/p2p-circuit", "/ip4/not-an-ip/tcp/1", "", None):
+        assert subnet_of(exempt) is None, exempt
+
+
+def _per_subnet_params(limit=2):
+    return MeshParams(4, 6, ttl_s=600.0, max_packet_bytes=1000, out_quota=2, idle_rounds=IDLE_ROUNDS, idle_s=0.0,
+                      per_subnet=limit)
+
+
+def test_at_most_per_subnet_neighbours_share_one_public_subnet_either_direction():
+    """k Sybils on one machine (one /24) knock and answer: they get at most `per_subnet` slots, while
+    peers from other subnets, loopback ones and configured peers are taken as before."""
+    mesh = Mesh("QmV", "r", 1, _per_subnet_params(), initial={"QmBoot": ADDR}, rng=random.Random(0))
+    for i, s in enumerate(SYBILS):
+        mesh.observe(s, f"/ip4/11.12.0.{i + 2}/tcp/4001")
+        mesh.receive(s, _ann(), 1.0)
+    assert sorted(mesh.neighbors) == SYBILS[:2] and mesh.refused["subnet"] == 4
+    mesh.observe("QmBoot", "/ip4/11.12.0.99/tcp/4001")  # a configured peer in that subnet: never refused
+    mesh.observe("QmH", "/ip4/11.13.0.5/tcp/4001")
+    for p in ("QmBoot", "QmH"):
+        assert mesh.receive(p, _ann(), 1.0)["status"] == "ok"
+    mesh.observe("QmOut", "/ip4/11.12.0.50/tcp/4001")  # one we dialled, answering from the crowded subnet
+    assert mesh.on_reply("QmOut", {"status": "ok", **_ann()}, 1.0) == "full" and "QmOut" not in mesh.neighbors
+    assert mesh.retry_at["QmOut"] > 1.0  # asked again later, with the full-answer backoff
+    local = Mesh("QmV", "r", 1, _per_subnet_params(), rng=random.Random(0))  # loopback (a LAN, compose): no limit
+    unlimited = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))  # per_subnet 0: the old behaviour
+    for i, s in enumerate(SYBILS):
+        local.observe(s, "/ip4/127.0.0.1/tcp/9")
+        unlimited.observe(s, f"/ip4/11.12.0.{i + 2}/tcp/4001")
+        local.receive(s, _ann(), 1.0)
+        unlimited.receive(s, _ann(), 1.0)
+    assert len(local.neighbors) == len(unlimited.neighbors) == 4
+
+
+def test_anchors_are_dialled_first_once_and_the_best_outbound_neighbours_become_the_next_anchors(tmp_path, caplog):
+    """Bitcoin Core's anchors: the outbound neighbours that delivered most are saved, and after a
+    restart dialled before any candidate (however many Sybils peer exchange named); an anchor that
+    fails is a candidate like others afterwards. A broken file is ignored with a warning."""
+    from swarm_node.net.scores import load_anchors, save_anchors
+
+    anchors = {"QmA1": ["/ip4/11.1.0.1/tcp/1"], "QmA2": ["/ip4/11.2.0.1/tcp/1"]}
+    mesh = Mesh("QmV", "r", 1, _params(), anchors=anchors, rng=random.Random(0))
+    mesh.learn([(s, ADDR) for s in SYBILS] * 40)
+    for trial in range(5):
+        assert sorted(p for p, _ in mesh.candidates(2, 0.0)) == ["QmA1", "QmA2"]
+    mesh.on_failure("QmA1", 0.0)
+    mesh.on_reply("QmA2", {"status": "ok", **_ann()}, 0.0)
+    assert mesh.anchors == {} and "QmA2" in mesh.neighbors and mesh.neighbors["QmA2"].score.outbound
+    assert "QmA1" in mesh.known  # still a candidate
+
+    mesh.on_reply("QmB", {"status": "ok", **_ann()}, 0.0)  # a second outbound neighbour, and an inbound one
+    mesh.receive("QmIn", _ann(), 0.0)
+    assert mesh.best_outbound() == {}  # nobody delivered yet
+    for _ in range(3):
+        mesh.credit("QmB", 1.0)
+        mesh.credit("QmIn", 1.0)
+    mesh.credit("QmA2", 1.0)
+    assert list(mesh.best_outbound()) == ["QmB", "QmA2"]  # outbound only, most credits first
+
+    path = tmp_path / "id.key.anchors"
+    save_anchors(path, mesh.best_outbound())
+    assert load_anchors(path) == mesh.best_outbound()
+    path.write_text("{not json")
+    assert load_anchors(path) == {} and "ignoring the anchor file" in caplog.text
+    assert load_anchors(None) == load_anchors(tmp_path / "absent") == {}
+
+
+NETNS = unavailable()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NETNS is not None, reason=f"network namespaces unavailable: {NETNS}")
+def test_live_sybils_from_one_public_subnet_hold_at_most_two_slots_and_the_honest_peer_gets_in(tmp_path, procs):
+    """Six live Sybils (harness/sybils.py: degree 0, accept everyone, dial every peer they learn) from
+    one machine in 11.11.2.0/24 knock on V first; H comes from 11.11.1.0/24. V is a relay (no
+    training, so no delivery credit would evict the idle Sybils: only the subnet limit acts). V keeps
+    at most 2 of them, at every look, and takes H. Without the limit (per_subnet 0, tried once) the
+    Sybils held all 6 of V's slots (4 inbound, and V's 2 outbound dials went to Sybils it learned
+    from them) at every look for 60 s, and H never got in."""
+    prefix = f"ssub{os.getpid() % 1000}"
+    relay = [sys.executable, "-m", "swarm_node", "relay", "--run-id", "subnets", "--seconds", "150"]
+    with Internet(prefix) as net:
+        v_host, h_host, s_host = net.host("v"), net.host("h", subnet=1), net.host("s", subnet=2)
+        v = procs(NodeProcess(v_host.cmd([*relay, "--out", str(tmp_path / "v")]), tmp_path / "v"))
+        v_addr = next(a for a in v.status(lambda st: bool(st.get("join_addrs")), 60, "V up")["join_addrs"]
+                      if a.startswith("/ip4/11.11.0."))
+        sybils = subprocess.Popen(s_host.cmd([sys.executable, "-m", "swarm_node.harness.sybils", "--k", "6", "--peers",
+                                              v_addr, "--run-id", "subnets", "--host", s_host.ip, "--seconds", "120"]),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            line = sybils.stdout.readline()
+            assert line.startswith("SYBILS "), line
+            ids = set(line.split()[1:])
+            time.sleep(5.0)  # the Sybils dial V first
+            h = procs(NodeProcess(h_host.cmd([*relay, "--out", str(tmp_path / "h"), "--peers", v_addr]), tmp_path / "h"))
+            h_id = h.status(lambda st: bool(st.get("peer_id")), 60, "H up")["peer_id"]
+            looks, deadline = [], time.monotonic() + 60
+            while time.monotonic() < deadline:
+                neighbours = (read_status(tmp_path / "v") or {}).get("neighbours") or {}
+                looks.append(({p for p in neighbours if p in ids}, h_id in neighbours,
+                              {subnet_of(n["addr"]) for p, n in neighbours.items() if p in ids}))
+                if len(looks) > 20 and looks[-1][1]:
+                    break
+                time.sleep(0.5)
+            print(f"\nV's Sybil neighbours per look: {[len(s) for s, _, _ in looks]}; H taken: {looks[-1][1]}")
+            assert max(len(s) for s, _, _ in looks) <= 2 and len(looks[-1][0]) == 2
+            assert all(nets <= {"11.11.2.0/24"} for _, _, nets in looks)  # the connection's address, as seen
+            assert looks[-1][1], "H never became V's neighbour"
+        finally:
+            sybils.terminate()
+            sybils.wait(30)
+    assert leftover_namespaces(prefix) == []
+

@@ -94,7 +94,7 @@ async def push_junk(p2p, target: str, run_id: str, digest: str) -> list[dict]:
     """Three junk announcements from one host: absurd round, 2^31-byte offers, unknown protocol."""
     from hivemind.p2p import PeerID
 
-    from swarm_node.net.announce import send_announcement
+    from swarm_node.net.records import send_announcement
 
     base = {"run_id": run_id, "seq": 1, "degree": 0, "model_id": "m", "tokenizer": "tok", "protocol": 1, "round": 1,
             "policy_version": 1, "offers": [], "addrs": [], "peers": []}

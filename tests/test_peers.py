@@ -41,5 +41,32 @@ def test_peers_lists_a_running_swarm(tmp_path, procs):
         assert row["protocol"] == 1 and row["tokenizer"].startswith("sha256:") and row["round"] >= 0
         assert row["reach"] == "direct"  # on 127.0.0.1 nobody needs a relay
         assert 0 <= row["last_seen_s"] < 120
-    assert {r["peer_id"] for r in rows} == {json.loads((tmp_path / n / "status.json").read_text())["peer_id"]
-                                            for n in ("a", "b")}
+    ids = {n: json.loads((tmp_path / n / "status.json").read_text())["peer_id"] for n in ("a", "b")}
+    assert {r["peer_id"] for r in rows} == set(ids.values())
+    # what the node writing to b/ measured of its neighbours, read from its status file (nothing joins)
+    second.status(lambda s: ids["a"] in (s["neighbours"] or {}) and s["neighbours"][ids["a"]]["credits"] > 0, timeout=120)
+    scores = subprocess.run([sys.executable, "-m", "swarm_node", "peers", "--scores", str(tmp_path / "b"), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert scores.returncode == 0, scores.stderr[-2000:]
+    a_row = next(json.loads(line) for line in scores.stdout.splitlines() if json.loads(line)["peer_id"] == ids["a"])
+    assert a_row["outbound"] is True and a_row["credits"] > 0 and a_row["addr"].startswith("/ip4/127.0.0.1/tcp/")
+
+
+def test_peers_scores_renders_a_node_status_and_says_what_to_do_without_one(tmp_path):
+    from swarm_node.status import StatusFile
+
+    status = StatusFile(tmp_path, "n0", 10)
+    status.update(state="running", round=4, neighbours={
+        "QmIn": {"outbound": False, "credits": 0, "rounds_idle": 4, "rounds_useless": 4, "addr": "/ip4/11.12.0.7/tcp/1"},
+        "QmOut": {"outbound": True, "credits": 3, "rounds_idle": 0, "rounds_useless": 1, "addr": None}})
+    out = subprocess.run([sys.executable, "-m", "swarm_node", "peers", "--scores", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[2].split()[:3] == ["QmOut", "out", "3"] and lines[3].split()[:5] == ["QmIn", "in", "0", "4", "4"]
+    assert lines[3].endswith("/ip4/11.12.0.7/tcp/1") and "2 neighbour(s) of node 'n0' (running, round 4)" in lines[-1]
+    missing = subprocess.run([sys.executable, "-m", "swarm_node", "peers", "--scores", str(tmp_path / "nowhere")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "pass the --out directory of a running swarm node" in missing.stderr
+    neither = subprocess.run([sys.executable, "-m", "swarm_node", "peers"], capture_output=True, text=True, timeout=60)
+    assert neither.returncode != 0 and "give --peers MADDR" in neither.stderr

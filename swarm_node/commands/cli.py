@@ -189,13 +189,25 @@ def eval_(model: Annotated[str, typer.Option(help="Hub id, local path (e.g. a ch
 
 
 @app.command()
-def peers(peers: Annotated[list[str], typer.Option("--peers", help=doc("swarm.peers"))],
+def peers(peers: Annotated[Optional[list[str]], typer.Option("--peers", help=doc("swarm.peers"))] = None,
+          scores: Annotated[Optional[str], typer.Option(
+              "--scores", help="Show what the node running with --out DIR measured of its neighbours (its "
+                               "status.json), instead of joining.")] = None,
           run_id: Annotated[Optional[str], _opt("swarm.run_id")] = None,
           wait: Annotated[float, typer.Option(help="Seconds to listen for peers' announcements.")] = 15.0,
           as_json: Annotated[bool, typer.Option("--json", help="One JSON object per peer instead of a table.")] = False,
           set_: SetOpt = None, verbose: VerboseOpt = False):
     """Is anyone there? Join as a light client (no training) and list the live peers of a swarm."""
     with user_errors():
+        if scores is not None:
+            from swarm_node.commands.peers import neighbour_scores, render_scores
+
+            status, rows = neighbour_scores(scores)
+            typer.echo("\n".join(json.dumps(r) for r in rows) if as_json else render_scores(status, rows))
+            return
+        if not peers:
+            raise SwarmNodeError("give --peers MADDR to list a swarm's peers, or --scores DIR for what the node "
+                              "running with --out DIR measured of its neighbours")
         cfg = build_config(None, {"swarm.peers": peers, "swarm.run_id": run_id,
                                   "swarm.host_maddrs": ["/ip4/0.0.0.0/tcp/0"]}, set_)
         setup_logging(None, verbose)

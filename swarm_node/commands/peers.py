@@ -5,6 +5,11 @@ offers nothing, listens for `wait` seconds, and reports what each peer announced
 tokenizer fingerprint, protocol version, current round and policy version, and how old its
 newest offer is. The list is the swarm as this client sees it (with push discovery, the peers
 that announced to it), not a census.
+
+`--scores OUT` answers the second question, "whom does my node keep, and why?": it reads the
+`neighbours` a running node writes to OUT/status.json each round (what the node measured of each:
+whether it dialled it, packets it took from it, rounds since the last one and since the last one
+that could teach, and the address its connection came from), without joining anything.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import time
 from pathlib import Path
 
 from swarm_node.config import SwarmConfig
+from swarm_node.errors import SwarmNodeError
 from swarm_node.net import PeerInfo
+from swarm_node.status import read_status
 
 LIGHT_CLIENT_MODEL = "swarm-node-peers"  # how the light client names itself in its own announcement
 NO_TOKENIZER = "sha256:" + "0" * 64  # a well-formed fingerprint that no tokenizer has (it trains on nothing)
@@ -56,6 +63,30 @@ def list_peers(cfg: SwarmConfig, wait_s: float, poll_s: float = 1.0) -> list[dic
         transport.close()
     now = time.time()
     return [describe(info, now) for info in sorted(seen.values(), key=lambda p: p.peer_id)]
+
+
+def neighbour_scores(out: str) -> tuple[dict, list[dict]]:
+    """(the node's status, its neighbours as it measured them, most packets first) from OUT/status.json."""
+    status = read_status(out)
+    if status is None:
+        raise SwarmNodeError(f"no node status in {out}/status.json: pass the --out directory of a running swarm node")
+    rows = [{"peer_id": p, **s} for p, s in (status.get("neighbours") or {}).items()]
+    return status, sorted(rows, key=lambda r: (-r.get("credits", 0), r["peer_id"]))
+
+
+def render_scores(status: dict, rows: list[dict]) -> str:
+    """A table for people: one line per neighbour of the node."""
+    state = f"node {status.get('node')!r} ({status.get('state')}, round {status.get('round')})"
+    if not rows:
+        return f"{state}: no neighbours yet"
+    head = f"{'peer id':<52} {'dialled':>7} {'packets':>7} {'idle':>4} {'useless':>7}  address"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['peer_id']:<52} {'out' if r.get('outbound') else 'in':>7} {r.get('credits', 0):>7} "
+                     f"{r.get('rounds_idle', 0):>4} {r.get('rounds_useless', 0):>7}  {r.get('addr') or '?'}")
+    lines.append(f"{len(rows)} neighbour(s) of {state}; idle/useless: rounds since its last packet taken / "
+                 "since its last one that could teach (mixed rewards)")
+    return "\n".join(lines)
 
 
 def render(rows: list[dict], run_id: str) -> str:

@@ -38,6 +38,7 @@ def run_relay(cfg: SwarmConfig, seconds: float | None, status: StatusFile | None
                     addrs[0] if addrs else "?")
         deadline = None if seconds is None else time.monotonic() + seconds
         while not stop.wait(1.0) and (deadline is None or time.monotonic() < deadline):
-            pass
+            if status is not None:  # whom the relay keeps (`swarm-node peers --scores OUT`)
+                status.update(neighbours=transport.neighbours())
     if status is not None:
         status.update(state="done")

@@ -1,7 +1,8 @@
 """A small internet inside Linux network namespaces, for tests and benchmarks that cross real networks.
 
-    with Internet("sn1") as net:            # a bridge namespace: the "internet", 11.11.0.0/24
+    with Internet("sn1") as net:            # a bridge namespace: the "internet", 11.11.0.0/16
         relay = net.host("relay")           # a public host on it: 11.11.0.10
+        far = net.host("far", subnet=7)     # one in another /24: 11.11.7.10
         a = net.nat_host("a")               # a host at 10.1.0.2 behind its own masquerading NAT router
         net.shape(a, loss_pct=1, rate_kbit=2000, delay_ms=50, jitter_ms=10)  # nftables loss, tc tbf,
                                             # and a userspace netem (netem.py) on the host's link
@@ -13,7 +14,8 @@ killing what still runs inside them, so a failed test leaves nothing behind. Nee
 CAP_NET_ADMIN), iproute2 and nftables (tests/host-packages.sh installs them); `unavailable()` says why
 not, for a clear skip (a failure under CI, tests/ci_skips.py). Delays
 also need /dev/net/tun (`shape` raises without it).
-Addresses: public hosts 11.11.0.10.., NAT routers' WAN 11.11.0.100.., NAT LAN k: 10.k.0.0/24.
+Addresses: public hosts 11.11.s.10.. (s: the host's subnet, 0 by default), NAT routers' WAN 11.11.0.100..,
+NAT LAN k: 10.k.0.0/24; the bridge's hosts are all on one link (11.11.0.0/16).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-PUBLIC_NET = "11.11.0"  # a public-looking range: libp2p drops special-purpose ranges (TEST-NET...) from relay addresses; traffic never leaves our namespaces
+PUBLIC_NET = "11.11"  # a public-looking range: libp2p drops special-purpose ranges (TEST-NET...) from relay addresses; traffic never leaves our namespaces
 
 
 def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -81,7 +83,8 @@ class Internet:
         self.prefix = prefix
         self.namespaces: list[str] = []
         self.hosts: list[Host] = []
-        self._public = self._nat = 0
+        self._public: dict[int, int] = {}  # public hosts so far, per subnet
+        self._nat = 0
         self._netem: subprocess.Popen | None = None  # netem.py in the bridge namespace, once a link is delayed
         self.bridge_ns = self._namespace("inet")
         _sh("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
@@ -105,18 +108,19 @@ class Internet:
         _sh("ip", "-n", peer_ns, "link", "set", peer_ifname, "up")
 
     def _attach(self, ns: str, ip: str, tag: str) -> str:
-        """Connect `ns` (interface wan0) to the bridge with address `ip`/24; returns the bridge port."""
+        """Connect `ns` (interface wan0) to the bridge with address `ip`/16; returns the bridge port."""
         port = f"p-{tag}"[:15]
         self._wire(ns, "wan0", self.bridge_ns, port)
         _sh("ip", "-n", self.bridge_ns, "link", "set", port, "master", "br0")
-        _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "wan0")
+        _sh("ip", "-n", ns, "addr", "add", f"{ip}/16", "dev", "wan0")
         return port
 
-    def host(self, name: str) -> Host:
-        """A host with a public address on the internet."""
+    def host(self, name: str, subnet: int = 0) -> Host:
+        """A host with a public address on the internet, in 11.11.`subnet`.0/24 (0..99)."""
+        assert 0 <= subnet < 100
         ns = self._namespace(name)
-        ip = f"{PUBLIC_NET}.{10 + self._public}"
-        self._public += 1
+        ip = f"{PUBLIC_NET}.{subnet}.{10 + self._public.get(subnet, 0)}"
+        self._public[subnet] = self._public.get(subnet, 0) + 1
         host = Host(ns, ip, "wan0", ip, self._attach(ns, ip, name))
         self.hosts.append(host)
         return host
@@ -127,7 +131,7 @@ class Internet:
         self._nat += 1
         k = self._nat
         router = self._namespace(f"{name}-nat")
-        wan_ip = f"{PUBLIC_NET}.{100 + k}"
+        wan_ip = f"{PUBLIC_NET}.0.{100 + k}"
         port = self._attach(router, wan_ip, f"{name}-nat")
         ns = self._namespace(name)
         self._wire(router, "lan0", ns, "eth0")

@@ -55,7 +55,9 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=6, help="Sybil peer ids (one p2pd each)")
     ap.add_argument("--peers", nargs="+", required=True, help="the honest node(s) to join through")
     ap.add_argument("--run-id", required=True)
-    ap.add_argument("--model", required=True, help="the public model directory: the Sybils announce its model id")
+    ap.add_argument("--model", default=None, help="the public model directory: the Sybils announce its model id "
+                                                    "(default: none, they announce a made-up one)")
+    ap.add_argument("--host", default="127.0.0.1", help="the IPv4 address the Sybils listen on (all of them)")
     ap.add_argument("--task-options", default="{}")
     ap.add_argument("--seconds", type=float, default=900)
     ap.add_argument("--summary", default=None)
@@ -66,12 +68,13 @@ def main() -> int:
     try:
         for i in range(args.k):  # each knows the victims and the Sybils before it: they name each other
             known = args.peers + [s.join_addrs()[0] for s in sybils[:8]]
-            cfg = SwarmConfig(run_id=args.run_id, peers=known, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
-            sybils.append(hivemind_transport.HivemindTransport(cfg, model_id="unset", tokenizer="unset"))
+            cfg = SwarmConfig(run_id=args.run_id, peers=known, host_maddrs=[f"/ip4/{args.host}/tcp/0"])
+            sybils.append(hivemind_transport.HivemindTransport(cfg, model_id="sybil", tokenizer="sha256:" + "1" * 64))
             sybils[-1].start()
-        public = PublicModel(args.model, args.task_options, args.run_id, sybils[0].peer_id)
-        for s in sybils:
-            s.model_id, s.tokenizer = public.policy.model_id, public.tokenizer
+        if args.model is not None:
+            public = PublicModel(args.model, args.task_options, args.run_id, sybils[0].peer_id)
+            for s in sybils:
+                s.model_id, s.tokenizer = public.policy.model_id, public.tokenizer
         summary["ids"] = [s.peer_id for s in sybils]
         print("SYBILS " + " ".join(summary["ids"]), flush=True)
         ours, last, t_end = set(summary["ids"]), 0, time.monotonic() + args.seconds

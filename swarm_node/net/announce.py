@@ -13,7 +13,6 @@ latest announcements from memory instead of polling the DHT.
                  simulation and libp2p transport share it)
     MeshDriver   (driver.py) the libp2p side's background work: push on offer, keepalive, dial
                  candidates while short of neighbors, read DHT membership when out of candidates
-    send_announcement / serve_announcement   the frame exchange over one stream
 
 Who may be a neighbor: a peer whose announcement passes `Mesh.judge` (same run and packet
 protocol; if it offers anything, at least one offer we would fetch), while we have fewer than
@@ -26,23 +25,17 @@ hivemind here (protocol/SPEC.md section 11).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import random
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgpack
-
 from swarm_node.net import PeerInfo
-from swarm_node.net.records import (MAX_ANNOUNCE_BYTES, MAX_PX, REQUEST_TIMEOUT_S, STATUS_FULL, STATUS_OK,
-                                    STATUS_REFUSED, Announcement, FrameError, RecordError, decode_frame_body,
-                                    encode_frame, frame_length, make_announcement, parse_announcement,
-                                    parse_peer_exchange)
-from swarm_node.net.scores import IDLE_BENCH_S, MAX_IDLE_BENCH_S, Score
+from swarm_node.net.records import (MAX_PX, STATUS_FULL, STATUS_OK, STATUS_REFUSED, Announcement, RecordError,
+                                    make_announcement, parse_announcement, parse_peer_exchange)
+from swarm_node.net.scores import IDLE_BENCH_S, MAX_IDLE_BENCH_S, Score, subnet_of
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +64,12 @@ class MeshParams:
     out_quota: int = 0  # neighbors we dialled ourselves kept at least this many: inbound fill max_degree - out_quota
     idle_rounds: int = 0  # a neighbor that delivered nothing for this many of our rounds is idle (0: never)
     idle_s: float = 0.0  # ... and for this many seconds (a node racing through rounds to catch up idles nobody)
+    per_subnet: int = 0  # neighbours whose connections come from one public /24 (/48) at most (0: no limit)
 
     @classmethod
     def for_peers(cls, k: int, ttl_s: float, max_packet_bytes: int) -> MeshParams:
         d = fanout(k)
-        return cls(d, d + 2, ttl_s, max_packet_bytes, out_quota=2, idle_rounds=5, idle_s=5.0)
+        return cls(d, d + 2, ttl_s, max_packet_bytes, out_quota=2, idle_rounds=5, idle_s=5.0, per_subnet=2)
 
 
 @dataclass
@@ -94,7 +88,7 @@ class Mesh:
 
     def __init__(self, own_id: str, run_id: str, protocol: int, params: MeshParams,
                  initial: dict[str, list[str]] | None = None, rng: random.Random | None = None,
-                 manifest: str | None = None):
+                 manifest: str | None = None, anchors: dict[str, list[str]] | None = None):
         self.own_id, self.run_id, self.protocol, self.params = own_id, run_id, protocol, params
         self.manifest = manifest  # digest of our run manifest: peers announcing another are refused
         self.require_manifest = False  # also refuse peers that announce none (prompts by reference)
@@ -103,7 +97,9 @@ class Mesh:
         self.own = make_announcement(run_id, 0, "", "", protocol, 0, 0, [], [], [])
         self.neighbors: dict[str, Neighbor] = {}
         self.initial = dict(initial or {})
-        self.known: OrderedDict[str, list[str]] = OrderedDict(self.initial)
+        self.anchors = {p: a for p, a in (anchors or {}).items() if p != own_id}  # dialled first, once each
+        self.known: OrderedDict[str, list[str]] = OrderedDict({**self.anchors, **self.initial})
+        self.observed: OrderedDict[str, str] = OrderedDict()  # peer -> remote address of its last connection
         self.retry_at: dict[str, float] = {}
         self.failures: Counter[str] = Counter()  # consecutive failures per candidate
         self.fulls: Counter[str] = Counter()  # consecutive "full" answers per candidate
@@ -189,7 +185,8 @@ class Mesh:
             self.known[peer] = list(addrs) or self.known.get(peer, [])
             self.known.move_to_end(peer)
         while len(self.known) > MAX_KNOWN:
-            victim = next((p for p in self.known if p not in self.initial and p not in self.neighbors), None)
+            victim = next((p for p in self.known if p not in self.initial and p not in self.neighbors
+                           and p not in self.anchors), None)
             if victim is None:
                 break
             del self.known[victim]
@@ -230,6 +227,9 @@ class Mesh:
             return True
         if self.benched.get(peer, 0.0) > now:
             return False
+        if self.crowded(peer):
+            self.refused["subnet"] += 1
+            return False
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
         if len(self.neighbors) < self.params.max_degree and len(inbound) < self.params.max_degree - self.params.out_quota:
             return True
@@ -250,6 +250,30 @@ class Mesh:
         self._bench(min(stale, key=last_fed), now)
         return True
 
+    def observe(self, peer: str, addr: str) -> None:
+        """The transport saw `peer`'s connection come from `addr` (a multiaddr: what the peer cannot lie about)."""
+        self.observed[peer] = addr
+        self.observed.move_to_end(peer)
+        while len(self.observed) > 4 * MAX_KNOWN:
+            self.observed.popitem(last=False)
+
+    def crowded(self, peer: str) -> bool:
+        """Taking `peer` would put more than `per_subnet` neighbours in one public /24 (/48): one machine's
+        Sybils hold at most that many slots. Configured (initial) peers and addresses that
+        `scores.subnet_of` exempts (loopback, private, relayed) are never counted or refused."""
+        limit = self.params.per_subnet
+        net = subnet_of(self.observed.get(peer)) if limit > 0 and peer not in self.initial else None
+        if net is None:
+            return False
+        return sum(q != peer and q not in self.initial and subnet_of(self.observed.get(q)) == net
+                   for q in self.neighbors) >= limit
+
+    def best_outbound(self) -> dict[str, list[str]]:
+        """The anchors to save: up to out_quota neighbours we dialled that delivered, most credits first."""
+        delivered = [(n.score.credits, p) for p, n in self.neighbors.items()
+                     if n.score.outbound and n.score.credits > 0 and n.addrs]
+        return {p: self.neighbors[p].addrs for _, p in sorted(delivered, reverse=True)[:max(1, self.params.out_quota)]}
+
     def starving(self) -> bool:
         """We credit packets (an exchange runs) and no neighbour delivered a packet we took in the
         last STARVING_ROUNDS rounds (from round 2 on if none ever did)."""
@@ -264,6 +288,7 @@ class Mesh:
     # ---- client: the answer to our announcement ----------------------------------------------------------
     def on_reply(self, peer: str, obj: object, now: float) -> str:
         """Apply `peer`'s answer; returns ok | full | refused | bad_reply."""
+        self.anchors.pop(peer, None)  # an anchor is dialled first once; afterwards it is a candidate like others
         status = obj.get("status") if isinstance(obj, dict) else None
         if status == STATUS_OK:
             try:
@@ -272,13 +297,17 @@ class Mesh:
                 status = "bad_reply"
             else:
                 reason = self.judge(ann)
-                if reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
+                if reason is None and peer not in self.neighbors and self.crowded(peer):
+                    self.refused["subnet"] += 1
+                    status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
+                elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
                     self._admit(ann, now, outbound=peer not in self.neighbors)
                     self.neighbors[peer].sent_at = now
                     return STATUS_OK
-                self.refused[reason] += 1
-                status = STATUS_REFUSED
-        elif status == STATUS_FULL:
+                else:
+                    self.refused[reason] += 1
+                    status = STATUS_REFUSED
+        if status == STATUS_FULL:
             try:
                 self.learn(parse_peer_exchange(obj.get("peers", [])))
             except RecordError:
@@ -295,6 +324,7 @@ class Mesh:
     def on_failure(self, peer: str, now: float, old_version: bool = False) -> None:
         """`peer` did not answer (or refused us): drop it, retry later with exponential backoff."""
         self.drop(peer)
+        self.anchors.pop(peer, None)
         self.failures[peer] += 1
         self.retry_at[peer] = now + min(MAX_RETRY_S, RETRY_S * 2 ** (self.failures[peer] - 1))
         if old_version:
@@ -403,13 +433,15 @@ class Mesh:
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def scores(self) -> dict[str, dict]:
-        """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless (metrics, tools)."""
-        return {p: n.score.as_dict(self.round) for p, n in list(self.neighbors.items())}
+        """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless, and the address
+        its connection came from (status.json, `swarm-node peers --scores`)."""
+        return {p: {**n.score.as_dict(self.round), "addr": self.observed.get(p)} for p, n in list(self.neighbors.items())}
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
-        """Up to n peers to dial, at random among those known; initial peers first while we have no
-        neighbor at all (afterwards they are peers like others: a bootstrap node everyone names in
-        `--peers` must not be dialled by every node that runs short). A node with no neighbor at all
+        """Up to n peers to dial, at random among those known; first the anchors (the best outbound
+        neighbours of our last run) while we have fewer than out_quota outbound, then initial peers
+        while we have no neighbor at all (afterwards they are peers like others: a bootstrap node
+        everyone names in `--peers` must not be dialled by every node that runs short). A node with no neighbor at all
         (cut off) retries every candidate within ISOLATED_RETRY_S, so it finds its way back soon
         after a partition heals, however long the backoff grew during the cut."""
         if not self.neighbors:
@@ -419,7 +451,8 @@ class Mesh:
                     self.retry_at[p] = soon
         ok = [p for p in self.known if p not in self.neighbors and p not in busy and p != self.own_id
               and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now]
-        first = [p for p in ok if p in self.initial] if not self.neighbors else []
+        first = [p for p in ok if p in self.anchors] if self.outbound() < self.params.out_quota else []
+        first += [p for p in ok if p in self.initial and p not in first] if not self.neighbors else []
         rest = [p for p in ok if p not in first]
         picked = first[:n] + self.rng.sample(rest, max(0, min(n - len(first[:n]), len(rest))))
         return [(p, self.known[p]) for p in picked]
@@ -434,36 +467,3 @@ class Mesh:
     def take_dropped(self) -> Counter:
         out, self.dropped = self.dropped, Counter()
         return out
-
-
-# ---- one announcement exchange over a stream -------------------------------------------------------------
-async def send_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, obj: dict) -> tuple[dict, int, int]:
-    """Client side: write our announcement frame, read the reply frame. (reply, bytes out, bytes in);
-    I/O and frame errors raise; the caller bounds the call in time."""
-    frame = encode_frame(obj, MAX_ANNOUNCE_BYTES)
-    writer.write(frame)
-    await writer.drain()
-    n = frame_length(await reader.readexactly(4), MAX_ANNOUNCE_BYTES)
-    reply = decode_frame_body(await reader.readexactly(n))
-    return reply, len(frame), 4 + n
-
-
-async def serve_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                             answer: Callable[[dict], dict]) -> tuple[int, int]:
-    """Server side: read one announcement frame (within REQUEST_TIMEOUT_S), write `answer(frame)`.
-    (bytes in, bytes out). A malformed frame is answered `refused`/`bad_request`."""
-    try:
-        n = frame_length(await asyncio.wait_for(reader.readexactly(4), REQUEST_TIMEOUT_S), MAX_ANNOUNCE_BYTES)
-        obj = decode_frame_body(await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S))
-        reply, size_in = answer(obj), 4 + n
-    except FrameError:
-        reply, size_in = {"status": STATUS_REFUSED, "reason": "bad_request"}, 4
-    frame = encode_frame(reply, MAX_ANNOUNCE_BYTES)
-    writer.write(frame)
-    await writer.drain()
-    return size_in, len(frame)
-
-
-def frame_size(obj: dict) -> int:
-    """Bytes of `obj` as a frame (for simulations and accounting)."""
-    return 4 + len(msgpack.packb(obj, use_bin_type=True))

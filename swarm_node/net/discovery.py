@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
+from pathlib import Path
 
 import msgpack
 from hivemind.dht.crypto import RSASignatureValidator
@@ -25,14 +26,15 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarm_node.net import PeerInfo, SwarmError
-from swarm_node.net.announce import Mesh, send_announcement, serve_announcement
+from swarm_node.net.announce import Mesh
 from swarm_node.net.driver import MeshDriver, OldVersion
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
 from swarm_node.net.records import (ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES,
                                     MEMBER_BUCKETS, Member, RecordError, make_member_record, member_bucket, member_key,
-                                    parse_member_record, parse_record, record_key)
-from swarm_node.net.scores import PeerLimiter, TokenBucket
+                                    parse_member_record, parse_record, record_key, send_announcement,
+                                    serve_announcement)
+from swarm_node.net.scores import PeerLimiter, TokenBucket, save_anchors
 
 logger = logging.getLogger(__name__)
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
@@ -264,8 +266,10 @@ class PushDiscovery:
     transport's loop; `stats` gets announces_* and member_* counters."""
 
     def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int],
-                 limiter: PeerLimiter | None = None):
+                 limiter: PeerLimiter | None = None, anchors_path: Path | None = None):
         self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
+        self.anchors_path = anchors_path  # where our best outbound neighbours are kept for the next start
+        self.anchors: dict[str, list[str]] = {}  # as last saved
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
         self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds)
         self.driver = MeshDriver(mesh, self.contact, members.read)
@@ -284,6 +288,17 @@ class PushDiscovery:
         await self.driver.tick()
         loop = asyncio.get_running_loop()
         return [loop.create_task(self.driver.run()), loop.create_task(self._member_loop())]
+
+    def credit(self, peer: str, useful: bool) -> None:
+        """`peer` delivered a packet we took (`Mesh.credit`); the anchors file follows the best outbound neighbours."""
+        self.mesh.credit(peer, time.time(), useful)
+        best = self.mesh.best_outbound()
+        if self.anchors_path is not None and best and best != self.anchors:
+            try:
+                save_anchors(self.anchors_path, best)
+                self.anchors = best
+            except OSError as e:
+                logger.warning("cannot save the anchor neighbours to %s: %s", self.anchors_path, e)
 
     def publish(self, own: dict) -> None:
         self.mesh.set_own(**own)
@@ -311,6 +326,7 @@ class PushDiscovery:
             try:
                 if info.peer_id != pid:
                     raise SwarmError(f"stream to {peer} reached {info.peer_id}")
+                self.mesh.observe(peer, str(info.addr))
                 reply, sent, received = await send_announcement(reader, writer, announcement)
             finally:
                 writer.close()
@@ -336,6 +352,7 @@ class PushDiscovery:
             writer.close()
             return
         self.serving.add(peer)
+        self.mesh.observe(peer, str(info.addr))
         refused = self.mesh.refused.total()
         try:
             received, sent = await asyncio.wait_for(serve_announcement(

@@ -26,6 +26,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import hivemind.utils.logging as _hm_logging
 import psutil
@@ -50,7 +51,7 @@ from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
                                     STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, is_digest, make_record)
-from swarm_node.net.scores import PeerLimiter
+from swarm_node.net.scores import PeerLimiter, load_anchors
 from swarm_node.wire import codec
 from swarm_node.wire.codec import PROTOCOL_VERSION
 
@@ -113,6 +114,8 @@ class HivemindTransport:
         self._round = self._policy_version = 0
         self._delivery = Delivery()
         self._limiter = PeerLimiter()  # per-peer stream rates and graylist (net/scores.py)
+        # v2: our best outbound neighbours, kept beside a persistent identity and dialled first at the next start
+        self._anchors_path = Path(cfg.identity + ".anchors") if getattr(cfg, "identity", None) else None
         self._loop: LoopThread | None = None
         self._p2p: P2P | None = None
         self._dht: DHTNode | None = None
@@ -202,9 +205,10 @@ class HivemindTransport:
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
         params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
-        mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest)
+        mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest,
+                    anchors=load_anchors(self._anchors_path))
         mesh.require_manifest, mesh.measuring = self._require_manifest, self._measure
-        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter)
+        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter, self._anchors_path)
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
 
@@ -345,7 +349,7 @@ class HivemindTransport:
 
     def credit(self, peer_id: str, useful: bool = True) -> None:
         async def apply():  # v2: the neighbor's slot is earned
-            return self._push is not None and self._push.mesh.credit(peer_id, time.time(), useful)
+            return self._push is not None and self._push.credit(peer_id, useful)
         self._run(apply(), 5.0)
 
     def neighbours(self) -> dict[str, dict]:

@@ -5,6 +5,7 @@
         `MEMBER_BUCKETS` DHT keys (net/announce.py, net/discovery.py)
     discovery v1 ("dht-key", kept for benchmarks): one signed record per node under one DHT key
     fetch framing (both): u32 length + msgpack map
+    send_announcement / serve_announcement: one announcement exchange over a stream
 
 No hivemind here: everything in this module can be tested (and re-implemented by a third party)
 without libp2p. The byte-level protocol is specified in protocol/SPEC.md (sections 11-12).
@@ -12,10 +13,12 @@ without libp2p. The byte-level protocol is specified in protocol/SPEC.md (sectio
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,3 +281,36 @@ def decode_frame_body(body: bytes) -> dict:
     if not isinstance(obj, dict):
         raise FrameError("frame must be a msgpack map")
     return obj
+
+
+# ---- one announcement exchange over a stream -------------------------------------------------------------
+async def send_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, obj: dict) -> tuple[dict, int, int]:
+    """Client side: write our announcement frame, read the reply frame. (reply, bytes out, bytes in);
+    I/O and frame errors raise; the caller bounds the call in time."""
+    frame = encode_frame(obj, MAX_ANNOUNCE_BYTES)
+    writer.write(frame)
+    await writer.drain()
+    n = frame_length(await reader.readexactly(4), MAX_ANNOUNCE_BYTES)
+    reply = decode_frame_body(await reader.readexactly(n))
+    return reply, len(frame), 4 + n
+
+
+async def serve_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             answer: Callable[[dict], dict]) -> tuple[int, int]:
+    """Server side: read one announcement frame (within REQUEST_TIMEOUT_S), write `answer(frame)`.
+    (bytes in, bytes out). A malformed frame is answered `refused`/`bad_request`."""
+    try:
+        n = frame_length(await asyncio.wait_for(reader.readexactly(4), REQUEST_TIMEOUT_S), MAX_ANNOUNCE_BYTES)
+        obj = decode_frame_body(await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S))
+        reply, size_in = answer(obj), 4 + n
+    except FrameError:
+        reply, size_in = {"status": STATUS_REFUSED, "reason": "bad_request"}, 4
+    frame = encode_frame(reply, MAX_ANNOUNCE_BYTES)
+    writer.write(frame)
+    await writer.drain()
+    return size_in, len(frame)
+
+
+def frame_size(obj: dict) -> int:
+    """Bytes of `obj` as a frame (for simulations and accounting)."""
+    return 4 + len(msgpack.packb(obj, use_bin_type=True))

@@ -11,6 +11,11 @@ So a neighbour's slot now rests on what this node saw itself:
     idle        a neighbour that delivered nothing for idle_rounds of our rounds (and idle_s
                 seconds) is pruned first when over D, and loses its slot to a candidate even below
                 D; it is then benched (refused) for a while, so it cannot take the slot straight back
+    subnet      the /24 (IPv4) or /48 (IPv6) of the address its connection came from (`subnet_of`):
+                at most `per_subnet` neighbours share one, so one machine's k Sybils hold at most
+                that many slots; loopback, private and relayed addresses and configured peers excepted
+    anchors     the outbound neighbours that delivered most, kept beside the identity file and
+                dialled first after a restart (Bitcoin Core's anchor connections)
 
 Rates (`PeerLimiter`): a token bucket per peer for incoming announcement and fetch streams; a
 stream over the rate is closed before anything is read and counts as misbehaviour; a peer with
@@ -20,15 +25,63 @@ for `graylist_s`.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from swarm_node.fsutil import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
+
+
+MAX_ANCHOR_ADDRS = 8  # addresses kept per anchor
+
+
+def subnet_of(addr: str | None) -> str | None:
+    """The /24 (IPv4) or /48 (IPv6) network of a connection's remote multiaddr, for the per-subnet
+    neighbour limit; None where no limit applies: no address, a relayed (p2p-circuit) connection, a
+    DNS name, or a non-global address (loopback, RFC 1918, CGNAT, ULA, link-local: a LAN swarm or a
+    docker-compose one, where every honest node shares one subnet)."""
+    if not addr or "/p2p-circuit" in addr:
+        return None
+    parts = addr.split("/")
+    if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
+        return None
+    try:
+        ip = ipaddress.ip_address(parts[2])
+    except ValueError:
+        return None
+    if not ip.is_global:
+        return None
+    return str(ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 48}", strict=False))
+
+
+def load_anchors(path: Path | None) -> dict[str, list[str]]:
+    """The anchors saved by `save_anchors` ({} if none, or unreadable: a warning, never an error)."""
+    if path is None or not path.exists():
+        return {}
+    try:
+        rows = json.loads(path.read_text())
+        anchors = {r["peer"]: [a for a in r["addrs"] if isinstance(a, str)][:MAX_ANCHOR_ADDRS] for r in rows
+                   if isinstance(r, dict) and isinstance(r.get("peer"), str) and isinstance(r.get("addrs"), list)}
+    except (OSError, ValueError, TypeError) as e:
+        logger.warning("ignoring the anchor file %s (%s); it is rewritten once neighbours deliver", path, e)
+        return {}
+    if anchors:
+        logger.info("dialling first the %d neighbour(s) that delivered most in our last run (%s)", len(anchors), path)
+    return anchors
+
+
+def save_anchors(path: Path, anchors: dict[str, list[str]]) -> None:
+    """Write the anchors atomically (a crash leaves the old file or the new one, never half of one)."""
+    write_json_atomic(path, [{"peer": p, "addrs": a[:MAX_ANCHOR_ADDRS]} for p, a in anchors.items()])
 
 
 @dataclass
