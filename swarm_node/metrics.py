@@ -49,7 +49,7 @@ REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_time
 RETOKENIZED = "swarm/completions_retokenized"  # peer completions whose ids were not our tokenizer's for their text
 FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream after a cut (relay budgets)
 NEIGHBORS_EVICTED = "swarm/neighbors_evicted"  # neighbours that lost their slot: idle (delivered nothing) or graylisted
-STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread: their peer was over its rate
+STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread and DHT requests refused unparsed: their peer was over its rate (or the DHT request over its size)
 PEERS_GRAYLISTED = "swarm/peers_graylisted"  # peers ignored for a while: over their stream rate too often
 MESH_OUTBOUND, MESH_CREDITED = "swarm/mesh_outbound", "swarm/mesh_credited"  # neighbours we dialled; that
 #   delivered an accepted packet within idle_rounds (net/scores.py), at the round's end

@@ -243,7 +243,7 @@ def test_mesh_driver_pushes_keeps_alive_dials_and_reads_members(caplog):
             raise OldVersion(peer)
         if peer == "QmDead":
             raise OSError("unreachable")
-        return {"status": "ok", **_ann()}
+        return {"status": "ok", **_ann()}, None
 
     async def read_members():
         reads.append(clock[0])
@@ -430,7 +430,7 @@ def test_pushes_to_a_neighbor_are_rate_limited_and_coalesced():
 
     async def contact(peer, addrs, announcement):
         sent.append((asyncio.get_running_loop().time(), announcement["round"]))
-        return {"status": "ok", **_ann(seq=len(sent) + 1)}
+        return {"status": "ok", **_ann(seq=len(sent) + 1)}, None
 
     driver = MeshDriver(mesh, contact)
 

@@ -221,10 +221,16 @@ def test_a_fed_node_gives_a_newcomer_the_slot_of_a_neighbour_whose_groups_never_
 def test_subnet_of_keys_public_addresses_by_their_24_or_48_and_exempts_the_rest():
     assert subnet_of("/ip4/11.12.0.7/tcp/4001") == subnet_of("/ip4/11.12.0.200/udp/1/quic") == "11.12.0.0/24"
     assert subnet_of("/ip4/11.12.1.7/tcp/4001") == "11.12.1.0/24"
-    assert subnet_of("/ip6/2001:4860:1:2::5/tcp/1") == "2001:4860:1::/48"
+    assert subnet_of("/ip6/2a00:4860:1:2::5/tcp/1") == subnet_of("/ip6/2a00:4860:ffff::1/tcp/1") == "2a00:4860::/32"
+    # IPv4 inside IPv6 (red team, session 9): mapped, 6to4, NAT64, Teredo count as their IPv4 /24
+    for wrapped in ("/ip6/::ffff:11.12.0.7/tcp/1", "/ip6/2002:b0c:7::1/tcp/1", "/ip6/64:ff9b::b0c:7/tcp/1"):
+        assert subnet_of(wrapped) == "11.12.0.0/24", wrapped
+    assert subnet_of("/ip6/2001:0:4136:e378:8000:63bf:f4f3:fff8/udp/1") == "11.12.0.0/24"  # Teredo, client 11.12.0.7
+    assert subnet_of("/ip4/11.12.0.7/tcp/1/p2p/QmRelay/p2p-circuit") == "relay:QmRelay"
+    assert subnet_of("/ip4/not-an-ip/tcp/1") == subnet_of("/dns4/example.org/tcp/1") == "?"  # unreadable: limited
     for exempt in ("/ip4/127.0.0.1/tcp/1", "/ip4/10.1.0.2/tcp/1", "/ip4/192.168.1.4/tcp/1", "/ip4/172.17.0.3/tcp/1",
-                   "/ip4/100.64.0.9/tcp/1", "/ip6/::1/tcp/1", "/ip6/fd00::1/tcp/1", "/dns4/example.org/tcp/1",
-                   "/ip4/11.12.0.7/tcp/1/p2p/QmRelay/p2p-circuit", "/ip4/not-an-ip/tcp/1", "", None):
+                   "/ip4/100.64.0.9/tcp/1", "/ip6/::1/tcp/1", "/ip6/fd00::1/tcp/1", "/ip6/::ffff:10.0.0.1/tcp/1",
+                   "", None):
         assert subnet_of(exempt) is None, exempt
 
 
@@ -238,24 +244,49 @@ def test_at_most_per_subnet_neighbours_share_one_public_subnet_either_direction(
     peers from other subnets, loopback ones and configured peers are taken as before."""
     mesh = Mesh("QmV", "r", 1, _per_subnet_params(), initial={"QmBoot": ADDR}, rng=random.Random(0))
     for i, s in enumerate(SYBILS):
-        mesh.observe(s, f"/ip4/11.12.0.{i + 2}/tcp/4001")
-        mesh.receive(s, _ann(), 1.0)
+        mesh.receive(s, _ann(), 1.0, f"/ip4/11.12.0.{i + 2}/tcp/4001")
     assert sorted(mesh.neighbors) == SYBILS[:2] and mesh.refused["subnet"] == 4
-    mesh.observe("QmBoot", "/ip4/11.12.0.99/tcp/4001")  # a configured peer in that subnet: never refused
-    mesh.observe("QmH", "/ip4/11.13.0.5/tcp/4001")
-    for p in ("QmBoot", "QmH"):
-        assert mesh.receive(p, _ann(), 1.0)["status"] == "ok"
-    mesh.observe("QmOut", "/ip4/11.12.0.50/tcp/4001")  # one we dialled, answering from the crowded subnet
-    assert mesh.on_reply("QmOut", {"status": "ok", **_ann()}, 1.0) == "full" and "QmOut" not in mesh.neighbors
-    assert mesh.retry_at["QmOut"] > 1.0  # asked again later, with the full-answer backoff
+    assert mesh.receive("QmBoot", _ann(), 1.0, "/ip4/11.12.0.99/tcp/4001")["status"] == "ok"  # configured: never refused
+    assert mesh.receive("QmH", _ann(), 1.0, "/ip4/11.13.0.5/tcp/4001")["status"] == "ok"
+    # one we dialled, answering from the crowded subnet: treated as full, asked again later
+    assert mesh.on_reply("QmOut", {"status": "ok", **_ann()}, 1.0, "/ip4/11.12.0.50/tcp/4001") == "full"
+    assert "QmOut" not in mesh.neighbors and mesh.retry_at["QmOut"] > 1.0
+    assert mesh.scores()["QmH"]["addr"] == "/ip4/11.13.0.5/tcp/4001"
     local = Mesh("QmV", "r", 1, _per_subnet_params(), rng=random.Random(0))  # loopback (a LAN, compose): no limit
     unlimited = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))  # per_subnet 0: the old behaviour
     for i, s in enumerate(SYBILS):
-        local.observe(s, "/ip4/127.0.0.1/tcp/9")
-        unlimited.observe(s, f"/ip4/11.12.0.{i + 2}/tcp/4001")
-        local.receive(s, _ann(), 1.0)
-        unlimited.receive(s, _ann(), 1.0)
+        local.receive(s, _ann(), 1.0, "/ip4/127.0.0.1/tcp/9")
+        unlimited.receive(s, _ann(), 1.0, f"/ip4/11.12.0.{i + 2}/tcp/4001")
     assert len(local.neighbors) == len(unlimited.neighbors) == 4
+
+
+def test_a_neighbours_group_is_fixed_when_it_is_admitted():
+    """Red team (session 9): the group was read from a shared table of each peer's latest connection,
+    so 1,024 refused ids flushed it (or a neighbour streamed once through a relay) and more Sybils of
+    the full subnet got in. Now it is the address of the stream that admitted it, kept on the neighbour."""
+    mesh = Mesh("QmV", "r", 1, _per_subnet_params(), rng=random.Random(0))
+    for s in SYBILS[:2]:
+        mesh.receive(s, _ann(), 1.0, "/ip4/11.12.0.7/tcp/1")
+    for i in range(1024):  # each refused, from the same /24
+        mesh.receive(f"QmFlood{i}", _ann(), 1.0, "/ip4/11.12.0.8/tcp/1")
+    for s in SYBILS[:2]:  # the admitted neighbours announce again from elsewhere (a relay)
+        mesh.receive(s, _ann(), 2.0, "/ip4/11.99.0.1/tcp/1/p2p/QmRelay/p2p-circuit")
+    assert mesh.receive(SYBILS[2], _ann(), 3.0, "/ip4/11.12.0.9/tcp/1")["status"] == "full"
+    assert sorted(mesh.neighbors) == SYBILS[:2]
+
+
+def test_sybils_through_one_relay_hold_at_most_half_the_slots():
+    mesh = Mesh("QmV", "r", 1, _per_subnet_params(), rng=random.Random(0))
+    for s in SYBILS:
+        mesh.receive(s, _ann(), 1.0, "/ip4/11.99.0.1/tcp/1/p2p/QmRelay/p2p-circuit")
+    assert len(mesh.neighbors) == 3  # max_degree 6 // 2
+    assert mesh.receive("QmH", _ann(), 1.0, "/ip4/11.13.0.5/tcp/4001")["status"] == "ok"
+
+
+def test_an_anchors_address_survives_peer_exchange_that_names_it_elsewhere():
+    mesh = Mesh("QmV", "r", 1, _params(), anchors={"QmA1": ["/ip4/11.1.0.1/tcp/4001"]}, rng=random.Random(0))
+    mesh.learn([("QmA1", ["/ip4/11.12.0.99/tcp/1"])])
+    assert mesh.candidates(1, 0.0) == [("QmA1", ["/ip4/11.1.0.1/tcp/4001", "/ip4/11.12.0.99/tcp/1"])]
 
 
 def test_anchors_are_dialled_first_once_and_the_best_outbound_neighbours_become_the_next_anchors(tmp_path, caplog):
@@ -286,8 +317,10 @@ def test_anchors_are_dialled_first_once_and_the_best_outbound_neighbours_become_
     path = tmp_path / "id.key.anchors"
     save_anchors(path, mesh.best_outbound())
     assert load_anchors(path) == mesh.best_outbound()
-    path.write_text("{not json")
-    assert load_anchors(path) == {} and "ignoring the anchor file" in caplog.text
+    for broken in ("{not json", "[" * 100_000, '{"peer": 1}', '[{"peer": "QmX", "addrs": "x"}]'):
+        path.write_text(broken)
+        assert load_anchors(path) == {}, broken[:20]
+    assert "ignoring the anchor file" in caplog.text
     assert load_anchors(None) == load_anchors(tmp_path / "absent") == {}
 
 
@@ -337,3 +370,20 @@ def test_live_sybils_from_one_public_subnet_hold_at_most_two_slots_and_the_hones
             sybils.wait(30)
     assert leftover_namespaces(prefix) == []
 
+
+
+def test_dht_requests_are_refused_unparsed_over_size_per_peer_rate_and_total_rate():
+    """The verify bomb sent 3.8 MB StoreRequests of 2,400 records, 8 at once; every record's owner key
+    was parsed on the event loop. A DHT request is now judged on its length and sender first."""
+    from swarm_node.net.scores import PeerLimiter, RateLimits
+
+    now = [0.0]
+    lim = RateLimits(dht_rate=1.0, dht_burst=4.0, dht_total_rate=1.0, dht_total_burst=6.0, graylist_after=3)
+    limiter = PeerLimiter(lim, clock=lambda: now[0])
+    assert [limiter.allow_dht("QmA", 1_000) for _ in range(5)] == [True] * 4 + [False]  # its burst, then its rate
+    assert [limiter.allow_dht("QmB", 1_000) for _ in range(3)] == [True, True, False]  # everyone's burst is spent
+    now[0] += 10.0
+    assert not limiter.allow_dht("QmC", lim.dht_max_bytes + 1)  # oversized: refused and counted
+    assert limiter.allow_dht("QmC", lim.dht_max_bytes)
+    assert not limiter.allow_dht("QmC", 10**7) and not limiter.allow_dht("QmC", 10**7)
+    assert limiter.graylisted("QmC") and not limiter.allow_dht("QmC", 100)  # 3 misbehaviours: ignored

@@ -64,7 +64,8 @@ class MeshParams:
     out_quota: int = 0  # neighbors we dialled ourselves kept at least this many: inbound fill max_degree - out_quota
     idle_rounds: int = 0  # a neighbor that delivered nothing for this many of our rounds is idle (0: never)
     idle_s: float = 0.0  # ... and for this many seconds (a node racing through rounds to catch up idles nobody)
-    per_subnet: int = 0  # neighbours whose connections come from one public /24 (/48) at most (0: no limit)
+    per_subnet: int = 0  # neighbours whose connections came from one public /24 (/32) at most, through one relay
+    # max(per_subnet, max_degree // 2) (0: no limit)
 
     @classmethod
     def for_peers(cls, k: int, ttl_s: float, max_packet_bytes: int) -> MeshParams:
@@ -81,6 +82,8 @@ class Neighbor:
     seq: int = -1  # of `info`: a reply overtaken by a newer push must not replace it
     degree: int = 0  # its neighbor count, as it last announced: only sizes our peer-exchange sample
     score: Score | None = None  # what we measured of it (set when it is admitted)
+    addr: str | None = None  # the remote address of its connection when it was admitted, as our transport saw it
+    group: str | None = None  # what it counts in for the per-subnet limit (scores.subnet_of of addr; None: nothing)
 
 
 class Mesh:
@@ -99,7 +102,6 @@ class Mesh:
         self.initial = dict(initial or {})
         self.anchors = {p: a for p, a in (anchors or {}).items() if p != own_id}  # dialled first, once each
         self.known: OrderedDict[str, list[str]] = OrderedDict({**self.anchors, **self.initial})
-        self.observed: OrderedDict[str, str] = OrderedDict()  # peer -> remote address of its last connection
         self.retry_at: dict[str, float] = {}
         self.failures: Counter[str] = Counter()  # consecutive failures per candidate
         self.fulls: Counter[str] = Counter()  # consecutive "full" answers per candidate
@@ -160,11 +162,12 @@ class Mesh:
         ann.info.offers = kept
         return "unfetchable" if offers and not kept else None
 
-    def _admit(self, ann: Announcement, now: float, outbound: bool = False) -> None:
+    def _admit(self, ann: Announcement, now: float, outbound: bool = False, addr: str | None = None) -> None:
         peer = ann.info.peer_id
         n = self.neighbors.get(peer)
-        if n is None:
-            n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, self.round, now))
+        if n is None:  # its group is fixed now: a neighbour that later connects from elsewhere still counts here
+            n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, self.round, now), addr=addr,
+                                                group=self.group_of(peer, addr))
         n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
         if ann.seq >= n.seq:
             n.info, n.seq = ann.info, ann.seq
@@ -178,10 +181,15 @@ class Mesh:
         self.neighbors.pop(peer, None)
 
     def learn(self, peers: list[tuple[str, list[str]]]) -> None:
-        """Remember candidates (peer exchange, membership records, initial peers), newest last."""
+        """Remember candidates (peer exchange, membership records, initial peers), newest last. The
+        addresses we were given for an initial peer or an anchor stay first: others can only add to them
+        (peer exchange naming an anchor at a dead address must not make its one first dial fail)."""
         for peer, addrs in peers:
             if peer == self.own_id:
                 continue
+            pinned = self.initial.get(peer) or self.anchors.get(peer)
+            if pinned:
+                addrs = pinned + [a for a in addrs if a not in pinned][:MAX_PX]
             self.known[peer] = list(addrs) or self.known.get(peer, [])
             self.known.move_to_end(peer)
         while len(self.known) > MAX_KNOWN:
@@ -196,8 +204,8 @@ class Mesh:
         return {**self.announcement(to), "offers": [], "peers": [], "leaving": True}
 
     # ---- server: an announcement arrived --------------------------------------------------------------
-    def receive(self, peer: str, obj: object, now: float) -> dict:
-        """The reply to an announcement from the authenticated `peer`."""
+    def receive(self, peer: str, obj: object, now: float, addr: str | None = None) -> dict:
+        """The reply to an announcement from the authenticated `peer`, whose stream came from `addr`."""
         try:
             ann = parse_announcement(obj, peer, now)
         except RecordError:
@@ -210,15 +218,15 @@ class Mesh:
             if peer not in self.initial:
                 self.known.pop(peer, None)
             return {"status": STATUS_OK, **self.announcement(to=peer)}
-        if self._room_for(peer, now):
-            self._admit(ann, now)
+        if self._room_for(peer, now, self.group_of(peer, addr)):
+            self._admit(ann, now, addr=addr)
             self.neighbors[peer].sent_at = now
             return {"status": STATUS_OK, **self.announcement(to=peer)}
         self.learn([(peer, ann.addrs)] + ann.peers)  # a candidate: it may take an idle neighbor's slot
         self.refused["full"] += 1
         return {"status": STATUS_FULL, "peers": self.sample(exclude=peer)}
 
-    def _room_for(self, peer: str, now: float) -> bool:
+    def _room_for(self, peer: str, now: float, group: str | None = None) -> bool:
         """A neighbor stays; a new peer that dialled us is taken while we have fewer than `max_degree`
         neighbors and fewer than `max_degree - out_quota` that dialled us, unless it is benched; when
         full, in place of an inbound neighbour that fed us nothing (see below). Its announced
@@ -227,7 +235,7 @@ class Mesh:
             return True
         if self.benched.get(peer, 0.0) > now:
             return False
-        if self.crowded(peer):
+        if self.crowded(group):
             self.refused["subnet"] += 1
             return False
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
@@ -250,23 +258,19 @@ class Mesh:
         self._bench(min(stale, key=last_fed), now)
         return True
 
-    def observe(self, peer: str, addr: str) -> None:
-        """The transport saw `peer`'s connection come from `addr` (a multiaddr: what the peer cannot lie about)."""
-        self.observed[peer] = addr
-        self.observed.move_to_end(peer)
-        while len(self.observed) > 4 * MAX_KNOWN:
-            self.observed.popitem(last=False)
+    def group_of(self, peer: str, addr: str | None) -> str | None:
+        """What `peer`, connected from `addr` (the transport's view, never a claim), counts in for the
+        per-subnet limit; None: not limited (no limit set, a configured peer, a private address)."""
+        return subnet_of(addr) if self.params.per_subnet > 0 and peer not in self.initial else None
 
-    def crowded(self, peer: str) -> bool:
-        """Taking `peer` would put more than `per_subnet` neighbours in one public /24 (/48): one machine's
-        Sybils hold at most that many slots. Configured (initial) peers and addresses that
-        `scores.subnet_of` exempts (loopback, private, relayed) are never counted or refused."""
-        limit = self.params.per_subnet
-        net = subnet_of(self.observed.get(peer)) if limit > 0 and peer not in self.initial else None
-        if net is None:
+    def crowded(self, group: str | None) -> bool:
+        """A newcomer of `group` would exceed its share: per_subnet neighbours per public /24 (/32), half
+        the slots per relay. One machine's Sybils hold at most that many of our slots."""
+        if group is None:
             return False
-        return sum(q != peer and q not in self.initial and subnet_of(self.observed.get(q)) == net
-                   for q in self.neighbors) >= limit
+        limit = max(self.params.per_subnet, self.params.max_degree // 2) if group.startswith("relay:") \
+            else self.params.per_subnet
+        return sum(n.group == group for n in self.neighbors.values()) >= limit
 
     def best_outbound(self) -> dict[str, list[str]]:
         """The anchors to save: up to out_quota neighbours we dialled that delivered, most credits first."""
@@ -286,8 +290,8 @@ class Mesh:
         return {"status": STATUS_REFUSED, "reason": reason}
 
     # ---- client: the answer to our announcement ----------------------------------------------------------
-    def on_reply(self, peer: str, obj: object, now: float) -> str:
-        """Apply `peer`'s answer; returns ok | full | refused | bad_reply."""
+    def on_reply(self, peer: str, obj: object, now: float, addr: str | None = None) -> str:
+        """Apply `peer`'s answer (its stream came from `addr`); returns ok | full | refused | bad_reply."""
         self.anchors.pop(peer, None)  # an anchor is dialled first once; afterwards it is a candidate like others
         status = obj.get("status") if isinstance(obj, dict) else None
         if status == STATUS_OK:
@@ -297,11 +301,11 @@ class Mesh:
                 status = "bad_reply"
             else:
                 reason = self.judge(ann)
-                if reason is None and peer not in self.neighbors and self.crowded(peer):
+                if reason is None and peer not in self.neighbors and self.crowded(self.group_of(peer, addr)):
                     self.refused["subnet"] += 1
                     status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
                 elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
-                    self._admit(ann, now, outbound=peer not in self.neighbors)
+                    self._admit(ann, now, outbound=peer not in self.neighbors, addr=addr)
                     self.neighbors[peer].sent_at = now
                     return STATUS_OK
                 else:
@@ -435,7 +439,7 @@ class Mesh:
     def scores(self) -> dict[str, dict]:
         """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless, and the address
         its connection came from (status.json, `swarm-node peers --scores`)."""
-        return {p: {**n.score.as_dict(self.round), "addr": self.observed.get(p)} for p, n in list(self.neighbors.items())}
+        return {p: {**n.score.as_dict(self.round), "addr": n.addr} for p, n in list(self.neighbors.items())}
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
         """Up to n peers to dial, at random among those known; first the anchors (the best outbound

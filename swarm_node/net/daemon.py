@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5.0  # dialling an initial peer (dial-back check, bootstrap)
 CIRCUIT_WAIT_S = 20.0  # a static relay reserves within a second or two; give a busy machine more
 MAX_ASKED = 3  # initial peers asked to dial back, in parallel
+# p2pd refuses a DHT request (or response) larger than this on its length prefix, before the body is read:
+# an honest one is at most a capped membership bucket (64 x ~1.5 KB); hivemind's default, 4 MiB, let one
+# verify-bomb request carry 2,400 records
+MAX_DHT_MESSAGE_BYTES = 512 * 1024
 
 
 async def create_p2p(cfg: SwarmConfig, identity: bytes, mode: str) -> P2P:
@@ -43,7 +47,8 @@ async def create_p2p(cfg: SwarmConfig, identity: bytes, mode: str) -> P2P:
         return await StaticRelayP2P.create(
             host_maddrs=with_port(list(cfg.host_maddrs), cfg.port),
             announce_maddrs=list(cfg.announce_maddrs) or options.pop("announce_maddrs", None),
-            identity_path=id_file, check_if_identity_free=False, startup_timeout=cfg.start_timeout_s, **options)
+            identity_path=id_file, check_if_identity_free=False, startup_timeout=cfg.start_timeout_s,
+            persistent_conn_max_msg_size=MAX_DHT_MESSAGE_BYTES, **options)
     except Exception as e:
         if "failed to start in" in str(e):
             raise SwarmError(f"the libp2p daemon (p2pd) did not start within {cfg.start_timeout_s:g} s; on a "

@@ -308,8 +308,9 @@ class PushDiscovery:
         await self.driver.leave()  # neighbors drop us at once instead of after ttl_s
         await self.driver.close()
 
-    async def contact(self, peer: str, addrs: list[str], announcement: dict) -> dict:
-        """One announcement exchange with `peer` (dialling `addrs` if not connected): its reply.
+    async def contact(self, peer: str, addrs: list[str], announcement: dict) -> tuple[dict, str]:
+        """One announcement exchange with `peer` (dialling `addrs` if not connected): its reply, and the
+        remote address of the connection it came over (what the per-subnet limit reads, `Mesh.crowded`).
         Raises OldVersion if it does not speak discovery v2, anything else if unreachable."""
         pid = PeerID.from_base58(peer)
 
@@ -326,12 +327,11 @@ class PushDiscovery:
             try:
                 if info.peer_id != pid:
                     raise SwarmError(f"stream to {peer} reached {info.peer_id}")
-                self.mesh.observe(peer, str(info.addr))
                 reply, sent, received = await send_announcement(reader, writer, announcement)
             finally:
                 writer.close()
             self._count(sent, received, "announces_sent")
-            return reply
+            return reply, str(info.addr)
 
         try:
             return await asyncio.wait_for(exchange(), ANNOUNCE_TIMEOUT_S)
@@ -352,11 +352,10 @@ class PushDiscovery:
             writer.close()
             return
         self.serving.add(peer)
-        self.mesh.observe(peer, str(info.addr))
         refused = self.mesh.refused.total()
         try:
             received, sent = await asyncio.wait_for(serve_announcement(
-                reader, writer, lambda obj: self.mesh.receive(peer, obj, time.time())), ANNOUNCE_TIMEOUT_S)
+                reader, writer, lambda obj: self.mesh.receive(peer, obj, time.time(), str(info.addr))), ANNOUNCE_TIMEOUT_S)
             self._count(sent, received, "announces_received")
         except Exception as e:
             logger.debug("serving an announcement to %s failed: %r", peer, e)

@@ -29,7 +29,8 @@ class OldVersion(Exception):
     protocol = ANNOUNCE_PROTOCOL
 
 
-Contact = Callable[[str, list[str], dict], Awaitable[dict]]  # (peer, addrs, our announcement) -> reply; raises on failure
+# (peer, addrs, our announcement) -> (reply, the remote address of the connection, None if unknown); raises on failure
+Contact = Callable[[str, list[str], dict], Awaitable[tuple[dict, str | None]]]
 ReadMembers = Callable[[], Awaitable[list[tuple[str, list[str]]]]]
 
 
@@ -89,7 +90,7 @@ class MeshDriver:
             if peer in mesh.neighbors:
                 mesh.neighbors[peer].sent_at = self.clock()
             try:
-                reply = await self.contact(peer, addrs, mesh.announcement(to=peer))
+                reply, addr = await self.contact(peer, addrs, mesh.announcement(to=peer))
             except OldVersion:
                 if peer not in mesh.old_version:
                     logger.warning("peer %s does not speak %s: it runs an older swarm-node (discovery v1); "
@@ -100,7 +101,7 @@ class MeshDriver:
                 logger.debug("announcement to %s failed: %r", peer, e)
                 mesh.on_failure(peer, self.clock())
             else:
-                mesh.on_reply(peer, reply, self.clock())
+                mesh.on_reply(peer, reply, self.clock(), addr)
         finally:
             self.in_flight.pop(peer, None)
         if peer in self.again and peer in self.mesh.neighbors:

@@ -44,7 +44,7 @@ from swarm_node.net.discovery import (DHT_OP_TIMEOUT_S, MemberDirectory, PeerDir
                                       parse_initial_peers)
 from swarm_node.net.fetch import (ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, Offers, PacketServer, download_packet,
                                   raise_fd_limit)
-from swarm_node.net.hivemind_internals import (cap_dictionary_values, dial, has_routes, open_stream, p2pd_pid, ping,
+from swarm_node.net.hivemind_internals import (cap_dictionary_values, dial, guard_dht_requests, has_routes, open_stream, p2pd_pid, ping,
                                                wrap_rsa_key)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
@@ -181,6 +181,7 @@ class HivemindTransport:
                                              wait_timeout=DHT_RPC_TIMEOUT_S, num_workers=2,
                                              client_mode=self.reachability.mode == "private")
             self._directory = PeerDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self._stats)
+        guard_dht_requests(self._p2p, self._limiter.allow_dht)  # per-peer and total rates, size: before parsing
         if self._initial and not await self._bootstrap_once():
             self._alone_since = time.monotonic()
             logger.warning("none of the %d initial peers answered (%s); running alone and retrying in %.0f s, then "

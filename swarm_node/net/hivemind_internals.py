@@ -7,6 +7,7 @@ pins 1.1.x). Used by `hivemind.py` (the transport) only.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hivemind.dht.node import DHTNode
@@ -96,6 +97,22 @@ def cap_dictionary_values(dht: DHTNode, max_entries: int) -> None:
     private `protocol.storage` and `protocol.cache`, both empty right after `DHTNode.create`."""
     dht.protocol.storage = CappedStorage(max_entries)
     dht.protocol.cache = NoStorage()
+
+
+def guard_dht_requests(p2p: P2P, allow: Callable[[str, int], bool]) -> None:
+    """Refuse a DHT request before its bytes are parsed when `allow(peer id, request bytes)` says no:
+    every `DHTProtocol.rpc_*` handler registered on `p2p` is wrapped (private
+    `P2P._client.control.unary_handlers`, which hivemind reads on every call). A refused request is
+    answered with an error, at the cost of a length check (the verify bomb sent 3.8 MB requests of
+    2,400 records each, 8 at once, and every record's owner key was parsed on the event loop)."""
+    handlers = p2p._client.control.unary_handlers
+    for name, handler in list(handlers.items()):
+        if name.startswith("DHTProtocol."):
+            async def guarded(request: bytes, remote_id: PeerID, handler=handler) -> bytes:
+                if not allow(str(remote_id), len(request)):
+                    raise PermissionError("refused: over this peer's DHT request rate or size")
+                return await handler(request, remote_id)
+            handlers[name] = guarded
 
 
 def is_old_version(error: Exception) -> bool:

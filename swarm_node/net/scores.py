@@ -11,9 +11,10 @@ So a neighbour's slot now rests on what this node saw itself:
     idle        a neighbour that delivered nothing for idle_rounds of our rounds (and idle_s
                 seconds) is pruned first when over D, and loses its slot to a candidate even below
                 D; it is then benched (refused) for a while, so it cannot take the slot straight back
-    subnet      the /24 (IPv4) or /48 (IPv6) of the address its connection came from (`subnet_of`):
-                at most `per_subnet` neighbours share one, so one machine's k Sybils hold at most
-                that many slots; loopback, private and relayed addresses and configured peers excepted
+    group       the /24 (IPv4) or /32 (IPv6) of the address its connection came from when it became a
+                neighbour, or the relay it came through (`subnet_of`): at most `per_subnet`
+                neighbours share a subnet and half the slots a relay, so one machine's k Sybils
+                hold at most that many; private and loopback addresses and configured peers excepted
     anchors     the outbound neighbours that delivered most, kept beside the identity file and
                 dialled first after a restart (Bitcoin Core's anchor connections)
 
@@ -44,23 +45,35 @@ IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is ref
 MAX_ANCHOR_ADDRS = 8  # addresses kept per anchor
 
 
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # IPv4 addresses as a v6-only network's NAT64 gateway shows them
+
+
 def subnet_of(addr: str | None) -> str | None:
-    """The /24 (IPv4) or /48 (IPv6) network of a connection's remote multiaddr, for the per-subnet
-    neighbour limit; None where no limit applies: no address, a relayed (p2p-circuit) connection, a
-    DNS name, or a non-global address (loopback, RFC 1918, CGNAT, ULA, link-local: a LAN swarm or a
-    docker-compose one, where every honest node shares one subnet)."""
-    if not addr or "/p2p-circuit" in addr:
+    """The group a connection's remote multiaddr counts in for the per-subnet neighbour limit: the
+    /24 of an IPv4 address (also one carried inside IPv6: mapped, 6to4, Teredo, NAT64), the /32 of
+    an IPv6 one (a /48 is one free tunnel account), `relay:<id>` for a relayed (p2p-circuit)
+    connection, `?` for an address it cannot read. None (no limit) only for no address at all and
+    for non-global ones (loopback, RFC 1918, CGNAT, ULA, link-local: a LAN or docker-compose swarm,
+    where every honest node shares one subnet)."""
+    if not addr:
         return None
     parts = addr.split("/")
+    if "p2p-circuit" in parts:
+        relay = parts[parts.index("p2p-circuit") - 1] if parts.index("p2p-circuit") >= 2 else "?"
+        return f"relay:{relay}"
     if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
-        return None
+        return "?"
     try:
         ip = ipaddress.ip_address(parts[2])
     except ValueError:
-        return None
+        return "?"
+    if ip.version == 6:
+        inner = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None) or \
+            (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in NAT64 else None)
+        ip = inner or ip
     if not ip.is_global:
         return None
-    return str(ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 48}", strict=False))
+    return str(ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 32}", strict=False))
 
 
 def load_anchors(path: Path | None) -> dict[str, list[str]]:
@@ -71,7 +84,7 @@ def load_anchors(path: Path | None) -> dict[str, list[str]]:
         rows = json.loads(path.read_text())
         anchors = {r["peer"]: [a for a in r["addrs"] if isinstance(a, str)][:MAX_ANCHOR_ADDRS] for r in rows
                    if isinstance(r, dict) and isinstance(r.get("peer"), str) and isinstance(r.get("addrs"), list)}
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError, TypeError, RecursionError) as e:
         logger.warning("ignoring the anchor file %s (%s); it is rewritten once neighbours deliver", path, e)
         return {}
     if anchors:
@@ -136,6 +149,11 @@ class RateLimits:
     announce_burst: float = 16.0  # ... and at once
     fetch_rate: float = 20.0  # fetch streams a peer may open per second (one packet per round, resumes)
     fetch_burst: float = 64.0  # ... and at once
+    dht_rate: float = 10.0  # DHT requests (store, find, ping) a peer may send per second (an honest one: a few a minute)
+    dht_burst: float = 32.0  # ... and at once
+    dht_total_rate: float = 100.0  # DHT requests from all peers together per second (many cheap ids share this)
+    dht_total_burst: float = 200.0  # ... and at once
+    dht_max_bytes: int = 64 * 1024  # a larger DHT request is refused unparsed (an honest store: one ~1.5 KB record)
     graylist_after: int = 32  # streams over the rate within misbehaviour_window_s that get the peer ignored
     misbehaviour_window_s: float = 10.0  # misbehaviour older than this is forgotten
     graylist_s: float = 120.0  # how long a graylisted peer is ignored (every stream closed unread)
@@ -155,6 +173,7 @@ class PeerLimiter:
         self.buckets: OrderedDict[tuple[str, str], TokenBucket] = OrderedDict()
         self.strikes: OrderedDict[str, list[float]] = OrderedDict()  # peer -> times of its recent misbehaviour
         self.gray_until: dict[str, float] = {}
+        self.dht_total = TokenBucket(limits.dht_total_rate, limits.dht_total_burst, clock)
         self.over_rate = self.graylisted_total = 0  # counters: streams closed over the rate, graylistings
 
     def now(self) -> float:
@@ -171,7 +190,8 @@ class PeerLimiter:
         bucket = self.buckets.pop((peer, kind), None)
         if bucket is None:
             lim = self.limits
-            rate, burst = (lim.announce_rate, lim.announce_burst) if kind == "announce" else (lim.fetch_rate, lim.fetch_burst)
+            rate, burst = {"announce": (lim.announce_rate, lim.announce_burst), "fetch": (lim.fetch_rate, lim.fetch_burst),
+                           "dht": (lim.dht_rate, lim.dht_burst)}[kind]
             bucket = TokenBucket(rate, burst, self.clock)
         self.buckets[(peer, kind)] = bucket
         while len(self.buckets) > MAX_LIMITED_PEERS:
@@ -181,6 +201,20 @@ class PeerLimiter:
         self.over_rate += 1
         self.misbehaved(peer, now)
         return False
+
+    def allow_dht(self, peer: str, size: int) -> bool:
+        """Whether to serve a DHT request of `size` bytes from `peer`: not graylisted, within its rate
+        and everyone's, at most dht_max_bytes (a larger one is misbehaviour). False: refuse it unparsed."""
+        if size > self.limits.dht_max_bytes:
+            self.over_rate += 1
+            self.misbehaved(peer)
+            return False
+        if not self.allow(peer, "dht"):
+            return False
+        if not self.dht_total.take():
+            self.over_rate += 1
+            return False
+        return True
 
     def misbehaved(self, peer: str, now: float | None = None) -> None:
         """Count one misbehaviour of `peer`; graylist it at `graylist_after` within the window."""

@@ -1,0 +1,218 @@
+"""Issue 27's network attacks with real processes: the verify bomb, the cache fill and the announcement
+flood (swarm_node/harness/dht_attacker.py), each against an honest pair V + H of real `swarm-node join`
+processes on 127.0.0.1 at the project defaults for tiny-s (harness/poisoner.victim_args).
+
+Per trial the attacker builds its bytes first; then V's rounds are measured for --before seconds
+without the attack (the baseline, right before it, on the same machine under the same load) and
+during the attack, from V's metrics.jsonl rows as they appear (polled 5 times a second):
+
+    median and p99 of V's round time (time/round_s), V's rounds per 10 s, before and during
+    V's RSS (its process and its p2pd) before and after
+    flood: seconds from the first flooding stream to V's log line that ignores the id (graylist)
+    cachefill: records the target stored through each storage path, how many a `find` of the key
+               returns, and how long the find took (the attacker's summary)
+
+    PYTHONPATH=. .venv/bin/python bench/redteam_network.py --attacks bomb cachefill flood flood64
+
+Results append to bench/results/redteam_network.json (a run per attack and trial; resumable).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from swarm_node.harness.poisoner import victim_args  # noqa: E402
+from swarm_node.harness.process import NodeProcess  # noqa: E402
+from swarm_node.status import read_status  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "redteam_network.json"
+# attack name -> (dht_attacker arguments, seconds of attack); what issue 27 asked for
+ATTACKS = {
+    "bomb": (["--mode", "bomb", "--inflight", "8", "--request-mb", "3.8"], 90),
+    "cachefill": (["--mode", "cachefill", "--records", "3000"], 0),
+    "cachefill100k": (["--mode", "cachefill", "--records", "100000"], 0),
+    "flood": (["--mode", "flood", "--ids", "1", "--loops", "16"], 30),
+    "flood64": (["--mode", "flood", "--ids", "64", "--loops", "4"], 30),
+}
+GRAYLIST_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) WARN(?:ING)? \S+: peer (\S+) opened streams over its rate")
+
+
+class Rows:
+    """V's metrics rows with the wall time each appeared (polled every 0.2 s)."""
+
+    def __init__(self, node: NodeProcess):
+        self.node, self.seen, self.stop = node, [], threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            rows = self.node.rows()
+            now = time.time()
+            self.seen += [(now, r) for r in rows[len(self.seen):]]
+            time.sleep(0.2)
+
+    def window(self, t0: float, t1: float) -> dict:
+        times = [r["time/round_s"] for t, r in self.seen if t0 <= t < t1]
+        q = sorted(times)
+        return {"rounds": len(times), "rounds_per_10s": round(10 * len(times) / max(t1 - t0, 1e-9), 2),
+                "median_round_s": round(statistics.median(q), 3) if q else None,
+                "p99_round_s": round(q[min(len(q) - 1, int(0.99 * len(q)))], 3) if q else None}
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    proc = psutil.Process(pid)
+    return [proc, *proc.children(recursive=True)]
+
+
+def rss_mb(out: Path) -> float:
+    """The node's RSS with its children (p2pd), MB."""
+    return round(sum(p.memory_info().rss for p in tree((read_status(out) or {})["pid"])) / 1e6, 1)
+
+
+def cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of a process and of its p2pd children."""
+    out = {"python": 0.0, "p2pd": 0.0}
+    for p in tree(pid):
+        try:
+            t = p.cpu_times()
+            out["p2pd" if "p2pd" in p.name() else "python"] += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def cpu_share(a: dict[str, float], b: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores used between two cpu_s readings."""
+    return {k: round((b[k] - a[k]) / max(seconds, 1e-9), 2) for k in a}
+
+
+def graylisted_after(log: Path, t_attack: float) -> float | None:
+    """Seconds from the attack's start to V's first graylist line (log times are HH:MM:SS, local)."""
+    day = time.localtime(t_attack)
+    for line in log.read_text().splitlines():
+        m = GRAYLIST_LINE.match(line)
+        if m:
+            t = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, int(m[1]), int(m[2]), int(m[3]), 0, 0, -1))
+            if t >= int(t_attack):
+                return round(t - t_attack, 1)
+    return None
+
+
+def trial(name: str, seed: int, before_s: float) -> dict:
+    extra, seconds = ATTACKS[name]
+    tmp = Path(tempfile.mkdtemp(prefix=f"rtnet-{name}-{seed}-"))
+    run, procs, t0 = f"rtnet-{name}-{seed}", [], time.time()
+    try:
+        v = NodeProcess.join([*victim_args(100_000), "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
+        procs.append(v.start())
+        h = NodeProcess.join([*victim_args(100_000), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
+                              "--peers", v.address()], tmp / "honest")
+        procs.append(h.start())
+        rows = Rows(v)
+        v.wait_rows(lambda r: len(r) >= 5, 900, "V's first rounds with H")
+        go = tmp / "go"
+        attacker = NodeProcess([sys.executable, "-m", "swarm_node.harness.dht_attacker", *extra, "--target",
+                                v.address(), "--run-id", run, "--seconds", str(seconds), "--go-file", str(go),
+                                "--summary", str(tmp / "attacker.json")], log=tmp / "attacker.log")
+        procs.append(attacker.start())
+        attacker.wait_line("ATTACKER up", 1800)
+        v_pid = (read_status(tmp / "victim") or {})["pid"]
+        rss_before, t_before, cpu0 = rss_mb(tmp / "victim"), time.time(), cpu_s(v_pid)
+        time.sleep(before_s)
+        cpu1, a_cpu1 = cpu_s(v_pid), cpu_s(attacker.popen.pid)
+        go.touch()
+        t_attack = float(attacker.wait_line("ATTACKING ", 60).split()[1])
+        while attacker.popen.poll() is None and time.time() < t_attack + max(seconds, 600) + 120:
+            cpu2, a_cpu2 = cpu_s(v_pid), cpu_s(attacker.popen.pid)  # the last reading before it exits
+            time.sleep(0.5)
+        assert attacker.wait(10) == 0, attacker.text()[-3000:]
+        t_end = time.time()
+        time.sleep(2.0)
+        rows.stop.set()
+        summary = json.loads((tmp / "attacker.json").read_text())
+        answers = summary.pop("answer_s")
+        res = {"attack": name, "seed": seed, "args": extra, "attack_s": round(t_end - t_attack, 1),
+               "before": rows.window(t_before, t_attack), "during": rows.window(t_attack, t_end),
+               "rss_before_mb": rss_before, "rss_after_mb": rss_mb(tmp / "victim"),
+               "victim_cores_before": cpu_share(cpu0, cpu1, t_attack - t_before),
+               "victim_cores_during": cpu_share(cpu1, cpu2, t_end - t_attack),
+               "attacker_cores_during": cpu_share(a_cpu1, a_cpu2, t_end - t_attack),
+               "attacker": {**summary, "answer_s_median": statistics.median(answers) if answers else None},
+               "wall_s": round(time.time() - t0, 1)}
+        if summary["mode"] == "flood":
+            res["graylisted_after_s"] = graylisted_after(tmp / "victim" / "node.log", t_attack)
+            res["attacker"].pop("ids", None)
+        return res
+    finally:
+        for p in procs:
+            p.kill()
+        print("work dir:", tmp, flush=True)
+
+
+def cores(c: dict | None) -> str:
+    return "?" if not c else f"{c['python']:.2f} + {c['p2pd']:.2f}"
+
+
+def load(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["runs"] if path.exists() else []
+
+
+def table(runs: list[dict]) -> str:
+    lines = ["| attack | trial | attack s | V median round s before / during | p99 before / during | "
+             "rounds per 10 s before / during | V cores (python + p2pd) before / during | attacker cores | "
+             "V RSS MB before / after | attacker: sent, answered | other |",
+             "|---|---:|---:|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        b, d, a = r["before"], r["during"], r["attacker"]
+        other = (f"graylisted after {r.get('graylisted_after_s')} s" if a["mode"] == "flood" else
+                 f"stored (cache, store) {a.get('stored_in_cache_true')}, {a.get('stored_in_cache_false')}; "
+                 f"find {a.get('served')} records in {a.get('find_s')} s" if a["mode"] == "cachefill" else
+                 f"{a.get('records_per_request')} records, {a.get('request_bytes', 0) / 1e6:.1f} MB a request; "
+                 f"answer median {a.get('answer_s_median')} s")
+        lines.append(f"| {r['attack']} | {r['seed']} | {r['attack_s']} | {b['median_round_s']} / {d['median_round_s']} | "
+                     f"{b['p99_round_s']} / {d['p99_round_s']} | {b['rounds_per_10s']} / {d['rounds_per_10s']} | "
+                     f"{cores(r.get('victim_cores_before'))} / {cores(r.get('victim_cores_during'))} | "
+                     f"{cores(r.get('attacker_cores_during'))} | "
+                     f"{r['rss_before_mb']} / {r['rss_after_mb']} | {a['sent']}, {a['answered']} | {other} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--attacks", nargs="+", default=["bomb", "cachefill", "flood", "flood64"], choices=list(ATTACKS))
+    ap.add_argument("--trials", type=int, default=1)
+    ap.add_argument("--before", type=float, default=45.0, help="seconds of V's baseline right before each attack")
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--table", action="store_true")
+    args = ap.parse_args()
+    path = Path(args.results)
+    if args.table:
+        print(table(load(path)))
+        return 0
+    for seed in range(args.trials):
+        for name in args.attacks:
+            if any((r["attack"], r["seed"]) == (name, seed) for r in load(path)):
+                continue
+            res = trial(name, seed, args.before)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"runs": load(path) + [res]}, indent=1) + "\n")
+            print(table([res]).splitlines()[-1], flush=True)
+    print(table(load(path)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
