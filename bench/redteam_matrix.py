@@ -29,7 +29,8 @@ import numpy as np
 
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
-from bench.redteam_poisoning import run_swarm  # noqa: E402
+from bench.redteam_poisoning import honest_shares, run_swarm  # noqa: E402
+from swarm_node.status import read_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "redteam_matrix.json"
@@ -82,13 +83,35 @@ def key(cell: dict) -> tuple:
     return cell["kind"], cell["seed"], cell["rounds"], cell["attackers"], cell["attacker_args"]
 
 
+def backfill(path: Path, work_root: Path) -> int:
+    """Add `honest_shares` to cells run before it was recorded, from the cell's work directory (the
+    `redteam-<kind>-<seed>-*` under work_root whose victim log was last written nearest the cell's end)."""
+    runs, done = load(path), 0
+    for cell in runs:
+        if "honest_share_ge_25_frac" in cell:
+            continue
+        end = dt.datetime.strptime(cell["finished"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+        dirs = [d for d in work_root.glob(f"redteam-{cell['kind']}-{cell['seed']}-*") if (d / "victim" / "node.log").exists()]
+        if not dirs:
+            continue
+        best = min(dirs, key=lambda d: abs((d / "victim" / "node.log").stat().st_mtime - end))
+        if abs((best / "victim" / "node.log").stat().st_mtime - end) > 120:
+            continue
+        honest_id = (read_status(best / "honest") or {}).get("peer_id", "")
+        cell.update(honest_shares((best / "victim" / "node.log").read_text(), honest_id))
+        done += 1
+    path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    return done
+
+
 def table(runs: list[dict], rounds: int) -> str:
     """The markdown table of the matrix (kinds in KINDS order, then any others)."""
     runs = [r for r in runs if r["rounds"] == rounds]
     base = {r["seed"]: r for r in runs if r["kind"] == "none"}
     lines = ["| kind | seeds | V pass@1 end (baseline) | V - baseline: mean, worst | H pass@1 end (baseline) | "
-             "H - baseline: mean, worst | attacker share | honest share | V implausible frac | V credited |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "H - baseline: mean, worst | attacker share | honest share | V steps honest >= 25 % (worst seed) | "
+             "V steps without honest (most) | V implausible frac | V credited |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     kinds += sorted({r["kind"] for r in runs} - set(kinds))
     for kind in kinds:
@@ -106,6 +129,8 @@ def table(runs: list[dict], rounds: int) -> str:
         lines.append(f"| {kind} | {len(cells)} ({', '.join(str(r['seed']) for r in cells)}) | {v.mean():.3f} ({vb.mean():.3f}) | "
                      f"{(v - vb).mean():+.3f}, {(v - vb).min():+.3f} | {h.mean():.3f} ({hb.mean():.3f}) | "
                      f"{(h - hb).mean():+.3f}, {(h - hb).min():+.3f} | {attack:.2f} | {honest:.2f} | "
+                     f"{min((r.get('honest_share_ge_25_frac', np.nan) for r in cells), default=np.nan):.2f} | "
+                     f"{max((len(r['steps_without_honest']) for r in cells if 'steps_without_honest' in r), default='?')} | "
                      f"{np.mean([r['peer_implausible_frac_mean'] for r in cells]):.3f} | "
                      f"{np.mean([r.get('mesh_credited_mean', np.nan) for r in cells]):.2f} |")
     return "\n".join(lines)
@@ -119,9 +144,13 @@ def main() -> int:
     ap.add_argument("--until", default="23:59", help="UTC HH:MM: no cell starts after it")
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--table", action="store_true", help="print the table of the results and exit")
+    ap.add_argument("--backfill", default=None, help="add the honest peer's per-step shares to cells run before "
+                                                     "they were recorded, from their work dirs under this path")
     args = ap.parse_args()
     path = Path(args.results)
-    if args.table:
+    if args.backfill:
+        print(f"{backfill(path, Path(args.backfill))} cells backfilled")
+    if args.table or args.backfill:
         print(table(load(path), args.rounds))
         return 0
     os.nice(max(0, 10 - os.nice(0)))

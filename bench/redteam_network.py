@@ -2,12 +2,14 @@
 flood (swarm_node/harness/dht_attacker.py), each against an honest pair V + H of real `swarm-node join`
 processes on 127.0.0.1 at the project defaults for tiny-s (harness/poisoner.victim_args).
 
-Per trial the attacker builds its bytes first; then V's rounds are measured for --before seconds
-without the attack (the baseline, right before it, on the same machine under the same load) and
-during the attack, from V's metrics.jsonl rows as they appear (polled 5 times a second):
+Per trial the attacker builds its bytes first. Bomb and flood are then switched on and off in turns
+of 15 s (the attack's seconds on in all), so V's rounds with and without it share the machine's
+background load (this machine is shared: a baseline taken before the attack was off by 2x once);
+the cache fill is one shot, after --before seconds of baseline. From V's metrics.jsonl rows as they
+appear (polled 5 times a second), by the window each round ended in:
 
-    median and p99 of V's round time (time/round_s), V's rounds per 10 s, before and during
-    V's RSS (its process and its p2pd) before and after
+    median and p99 of V's round time (time/round_s), V's rounds per 10 s, without and with
+    V's CPU (its python and its p2pd) without and with; V's RSS before and after
     flood: seconds from the first flooding stream to V's log line that ignores the id (graylist)
     cachefill: records the target stored through each storage path, how many a `find` of the key
                returns, and how long the find took (the attacker's summary)
@@ -46,6 +48,7 @@ ATTACKS = {
     "flood": (["--mode", "flood", "--ids", "1", "--loops", "16"], 30),
     "flood64": (["--mode", "flood", "--ids", "64", "--loops", "4"], 30),
 }
+CYCLE_S = 15.0  # bomb and flood: the attack is switched on and off in turns of this long
 GRAYLIST_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) WARN(?:ING)? \S+: peer (\S+) opened streams over its rate")
 
 
@@ -64,10 +67,11 @@ class Rows:
             self.seen += [(now, r) for r in rows[len(self.seen):]]
             time.sleep(0.2)
 
-    def window(self, t0: float, t1: float) -> dict:
-        times = [r["time/round_s"] for t, r in self.seen if t0 <= t < t1]
-        q = sorted(times)
-        return {"rounds": len(times), "rounds_per_10s": round(10 * len(times) / max(t1 - t0, 1e-9), 2),
+    def window(self, spans: list[tuple]) -> dict:
+        """V's rounds that ended within any of `spans` (start, end, ...)."""
+        times = [r["time/round_s"] for t, r in self.seen if any(s[0] <= t < s[1] for s in spans)]
+        q, total = sorted(times), sum(s[1] - s[0] for s in spans)
+        return {"rounds": len(times), "rounds_per_10s": round(10 * len(times) / max(total, 1e-9), 2),
                 "median_round_s": round(statistics.median(q), 3) if q else None,
                 "p99_round_s": round(q[min(len(q) - 1, int(0.99 * len(q)))], 3) if q else None}
 
@@ -94,9 +98,10 @@ def cpu_s(pid: int) -> dict[str, float]:
     return out
 
 
-def cpu_share(a: dict[str, float], b: dict[str, float], seconds: float) -> dict[str, float]:
-    """Cores used between two cpu_s readings."""
-    return {k: round((b[k] - a[k]) / max(seconds, 1e-9), 2) for k in a}
+def cpu_share(spans: list[tuple]) -> dict[str, float]:
+    """Cores V used over windows (start, end, cpu_s at start, cpu_s at end)."""
+    total = sum(t1 - t for t, t1, _, _ in spans)
+    return {k: round(sum(b[k] - a[k] for _, _, a, b in spans) / max(total, 1e-9), 2) for k in ("python", "p2pd")}
 
 
 def graylisted_after(log: Path, t_attack: float) -> float | None:
@@ -125,31 +130,40 @@ def trial(name: str, seed: int, before_s: float) -> dict:
         v.wait_rows(lambda r: len(r) >= 5, 900, "V's first rounds with H")
         go = tmp / "go"
         attacker = NodeProcess([sys.executable, "-m", "swarm_node.harness.dht_attacker", *extra, "--target",
-                                v.address(), "--run-id", run, "--seconds", str(seconds), "--go-file", str(go),
+                                v.address(), "--run-id", run, "--seconds", str(2 * seconds + 5), "--go-file", str(go),
                                 "--summary", str(tmp / "attacker.json")], log=tmp / "attacker.log")
         procs.append(attacker.start())
         attacker.wait_line("ATTACKER up", 1800)
         v_pid = (read_status(tmp / "victim") or {})["pid"]
-        rss_before, t_before, cpu0 = rss_mb(tmp / "victim"), time.time(), cpu_s(v_pid)
-        time.sleep(before_s)
-        cpu1, a_cpu1 = cpu_s(v_pid), cpu_s(attacker.popen.pid)
-        go.touch()
+        rss_before = rss_mb(tmp / "victim")
+        windows: dict[str, list] = {"off": [], "on": []}  # (start, end, V's CPU at start, at end)
+
+        def window(state: str, until) -> None:
+            t, c = time.time(), cpu_s(v_pid)
+            until()
+            windows[state].append((t, time.time(), c, cpu_s(v_pid)))
+
+        if seconds:  # on and off in turns of CYCLE_S, `seconds` on in all: both see the same background load
+            for _ in range(max(1, round(seconds / CYCLE_S))):
+                window("off", lambda: time.sleep(CYCLE_S))
+                go.touch()
+                window("on", lambda: time.sleep(CYCLE_S))
+                go.unlink()
+        else:  # one shot (cachefill): the baseline right before, then the attack to its end
+            window("off", lambda: time.sleep(before_s))
+            go.touch()
+            window("on", lambda: attacker.wait(3600))
         t_attack = float(attacker.wait_line("ATTACKING ", 60).split()[1])
-        while attacker.popen.poll() is None and time.time() < t_attack + max(seconds, 600) + 120:
-            cpu2, a_cpu2 = cpu_s(v_pid), cpu_s(attacker.popen.pid)  # the last reading before it exits
-            time.sleep(0.5)
-        assert attacker.wait(10) == 0, attacker.text()[-3000:]
-        t_end = time.time()
+        assert attacker.wait(120) == 0, attacker.text()[-3000:]
         time.sleep(2.0)
         rows.stop.set()
         summary = json.loads((tmp / "attacker.json").read_text())
         answers = summary.pop("answer_s")
-        res = {"attack": name, "seed": seed, "args": extra, "attack_s": round(t_end - t_attack, 1),
-               "before": rows.window(t_before, t_attack), "during": rows.window(t_attack, t_end),
+        on_s = sum(t1 - t for t, t1, _, _ in windows["on"])
+        res = {"attack": name, "seed": seed, "args": extra, "attack_s": round(on_s, 1),
+               "windows": len(windows["on"]), "before": rows.window(windows["off"]), "during": rows.window(windows["on"]),
                "rss_before_mb": rss_before, "rss_after_mb": rss_mb(tmp / "victim"),
-               "victim_cores_before": cpu_share(cpu0, cpu1, t_attack - t_before),
-               "victim_cores_during": cpu_share(cpu1, cpu2, t_end - t_attack),
-               "attacker_cores_during": cpu_share(a_cpu1, a_cpu2, t_end - t_attack),
+               "victim_cores_before": cpu_share(windows["off"]), "victim_cores_during": cpu_share(windows["on"]),
                "attacker": {**summary, "answer_s_median": statistics.median(answers) if answers else None},
                "wall_s": round(time.time() - t0, 1)}
         if summary["mode"] == "flood":
@@ -162,6 +176,10 @@ def trial(name: str, seed: int, before_s: float) -> dict:
         print("work dir:", tmp, flush=True)
 
 
+def load(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["runs"] if path.exists() else []
+
+
 def cores(c: dict | None) -> str:
     return "?" if not c else f"{c['python']:.2f} + {c['p2pd']:.2f}"
 
@@ -171,10 +189,10 @@ def load(path: Path) -> list[dict]:
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| attack | trial | attack s | V median round s before / during | p99 before / during | "
-             "rounds per 10 s before / during | V cores (python + p2pd) before / during | attacker cores | "
+    lines = ["| attack | trial | attack s (windows) | V median round s without / with | p99 without / with | "
+             "rounds per 10 s without / with | V cores (python + p2pd) without / with | "
              "V RSS MB before / after | attacker: sent, answered | other |",
-             "|---|---:|---:|---|---|---|---|---|---|---|---|"]
+             "|---|---:|---:|---|---|---|---|---|---|---|"]
     for r in runs:
         b, d, a = r["before"], r["during"], r["attacker"]
         other = (f"graylisted after {r.get('graylisted_after_s')} s" if a["mode"] == "flood" else
@@ -182,10 +200,10 @@ def table(runs: list[dict]) -> str:
                  f"find {a.get('served')} records in {a.get('find_s')} s" if a["mode"] == "cachefill" else
                  f"{a.get('records_per_request')} records, {a.get('request_bytes', 0) / 1e6:.1f} MB a request; "
                  f"answer median {a.get('answer_s_median')} s")
-        lines.append(f"| {r['attack']} | {r['seed']} | {r['attack_s']} | {b['median_round_s']} / {d['median_round_s']} | "
+        lines.append(f"| {r['attack']} | {r['seed']} | {r['attack_s']} ({r.get('windows', 1)}) | "
+                     f"{b['median_round_s']} / {d['median_round_s']} | "
                      f"{b['p99_round_s']} / {d['p99_round_s']} | {b['rounds_per_10s']} / {d['rounds_per_10s']} | "
                      f"{cores(r.get('victim_cores_before'))} / {cores(r.get('victim_cores_during'))} | "
-                     f"{cores(r.get('attacker_cores_during'))} | "
                      f"{r['rss_before_mb']} / {r['rss_after_mb']} | {a['sent']}, {a['answered']} | {other} |")
     return "\n".join(lines)
 

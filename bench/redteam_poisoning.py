@@ -26,8 +26,22 @@ import numpy as np
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args
 from swarm_node.harness.process import NodeProcess
 from swarm_node.harness.warmstart import public_warm_start
+from swarm_node.status import read_status
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def honest_shares(log: str, honest_id: str) -> dict:
+    """From V's node.log: in how many of V's steps that trained on peer groups the honest peer supplied
+    at least 25 % of them (issue 26: >= 90 % of steps), and the steps in which it supplied none."""
+    steps = []
+    for m in re.finditer(r"round (\d+) trains on peer groups (\{[^}]*\})", log):
+        groups = {pid: int(n) for pid, n in re.findall(r"'?([\w]+)'?\s*:\s*(\d+)", m.group(2))}
+        if sum(groups.values()):
+            steps.append((int(m.group(1)), groups.get(honest_id, 0) / sum(groups.values())))
+    return {"steps_with_peer_groups": len(steps),
+            "honest_share_ge_25_frac": round(sum(s >= 0.25 for _, s in steps) / max(len(steps), 1), 3),
+            "steps_without_honest": [r for r, s in steps if s == 0]}
 
 
 def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", seed: int = 0) -> dict:
@@ -78,6 +92,7 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
                 "peer_groups_used": int(sum(r.get("swarm/peer_groups_used", 0) for r in v_rows[1:])),
                 "mesh_credited_mean": mean("swarm/mesh_credited"),
                 "trains_on_lines": n_lines, "groups_per_peer": per_peer_named,
+                **honest_shares(log, (read_status(tmp / "honest") or {}).get("peer_id", "")),
                 "attacker_screen": [s.get("screen") for s in summaries],
                 "attacker_floor_estimate": [s.get("floor_estimate") for s in summaries],
                 "attacker_rounds_offered": [len(s["rounds"]) for s in summaries],

@@ -40,8 +40,8 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench.replicate_report import render  # noqa: E402
-from bench.replicate_study import (ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, PAIRS, QUICK, REPO, RUNS, TASK,  # noqa: E402
-                                   WARM_STEPS, Node, Scale)
+from bench.replicate_study import (ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, OPEN_ARM, PAIRS, QUICK, REPO, RUNS,  # noqa: E402
+                                   TASK, WARM_STEPS, Node, Scale)
 from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, swarm_node_argv  # noqa: E402
 
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
@@ -97,12 +97,13 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
             "rollout.group_size": 12, "rollout.max_new_tokens": MAX_NEW_TOKENS,
             # the paper's batch of 24: alone, 2 own groups; in a swarm, 1 own + 1 peer group
             "rollout.prompts_per_round": 2 if mode is None else 1,
-            "loss.variant": variant, "loss.g": g, "loss.C": 2.0,
-            # the paper's TIS weights (one cap C for every sample), not the sign-aware default
-            "loss.C_negative": None, "loss.positive_floor": 0.0,
-            # and every peer's negatives and claimed log-probs, as the paper trains on them (the
-            # open-swarm defaults, loss.peer_negative_weight = 0 and the plausibility check, came later)
-            "loss.peer_negative_weight": 1.0, "loss.peer_plausibility_margin": None}
+            "loss.variant": variant, "loss.g": g, "loss.C": 2.0}
+    if arm != OPEN_ARM:  # the open-swarm arm keeps the project's defaults for everything below
+        # the paper's TIS weights (one cap C for every sample), not the sign-aware default, and every
+        # peer's negatives and claimed log-probs, as the paper trains on them (the open-swarm
+        # defaults, loss.peer_negative_weight = 0 and the plausibility check, came later)
+        sets.update({"loss.C_negative": None, "loss.positive_floor": 0.0, "loss.peer_negative_weight": 1.0,
+                     "loss.peer_plausibility_margin": None})
     command = "train"
     if mode is not None:
         command = "join"

@@ -97,6 +97,13 @@ CLAIMS = [  # (number, statement, arms shown (first = baseline), pairs, test, (a
 ]
 
 
+# not a claim of the paper: the same test as claim 4 with the project's open-swarm defaults (issue 26)
+OPEN_CHECK = ("4-open", "The same with the open-swarm defences on (peers' negatives dropped, the plausibility "
+              "check, sign-aware TIS weights: the project's defaults): F-TIS still reaches the same final "
+              "accuracy as training alone.", ["alone", "f-tis", "f-tis-open"], list(PAIRS), "not-worse",
+              ("f-tis-open", "alone"))
+
+
 def verdict(res: dict, claim) -> tuple[str, str]:
     """(reproduced | not reproduced | inconclusive at this scale | not run yet, the numbers behind it)."""
     number, _, arms, pairs, test, (arm, base) = claim
@@ -169,6 +176,10 @@ NOTES = {  # why a claim may behave differently in miniature; the numbers are in
     5: "Horizontal: both nodes answer the same prompt each round and their groups merge into one group of "
        "24 completions from two policies (advantages mix both nodes' rewards); vertical: each node answers "
        "its own prompt and trains on 1 own + 1 peer group.",
+    "4-open": "Not one of the paper's claims: the check that the project's defences against poisoning peers "
+              "(issue 26) leave honest collaboration intact. f-tis-open is the f-tis arm with loss.C_negative, "
+              "loss.positive_floor, loss.peer_negative_weight and loss.peer_plausibility_margin at their "
+              "defaults instead of the paper's values; everything else is the same.",
     6: "g only acts on negative-advantage peer sequences; the dropped fraction per g shows how many it "
        "removes. A smaller g drops more, but too few sequences change for accuracy to move measurably here.",
 }
@@ -285,7 +296,7 @@ def render(scale: Scale, quick: bool) -> None:
                delta=100 * DELTA, warm=", ".join(f"{k} {100 * v:.1f}%" for k, v in warm.items())), "",
            "On a real pretrained model (SmolLM2-135M-Instruct, full fine-tuning + LoRA r = 128, on a lent GPU): "
            "[REPLICATION_REAL.md](REPLICATION_REAL.md), `bench/replicate_real.py`.", ""]
-    for claim, v, effect in verdicts:
+    for claim, v, effect in [*verdicts[:4], (OPEN_CHECK, *verdict(res, OPEN_CHECK)), *verdicts[4:]]:
         number, statement = claim[0], claim[1]
         out += [f"## Claim {number}: {statement}", "", f"**Verdict: {v}.** {effect}.", "", _per_node(res, claim), "",
                 "Final held-out pass@1 (%), mean ± standard error over seeds (n = seeds):", "", *_rows(res, claim), ""]

@@ -44,11 +44,16 @@ PAIRS = {"size": ("tiny-s", "tiny-m"), "trainable": ("tiny-s", "tiny-s-lora"),
 ARMS = {"alone": ("nois", None, 50.0), "nois": ("nois", "vertical", 50.0), "f-nois": ("f-nois", "vertical", 50.0),
         "f-tis": ("f-tis", "vertical", 50.0), "f-vis": ("f-vis", "vertical", 50.0),
         "horizontal": ("f-tis", "horizontal", 50.0), "g5": ("f-tis", "vertical", 5.0),
-        "g10": ("f-tis", "vertical", 10.0), "g100": ("f-tis", "vertical", 100.0)}
+        "g10": ("f-tis", "vertical", 10.0), "g100": ("f-tis", "vertical", 100.0),
+        # F-TIS with the open-swarm defaults instead of the paper's weights (issue 26: does collaboration
+        # survive the poisoning defences?)
+        "f-tis-open": ("f-tis", "vertical", 50.0)}
+OPEN_ARM = "f-tis-open"
 # (pair, arm) in the order they run: the core claims first, over every seed, so a cut-off study
 # still answers them
 PLAN = ([("size", a) for a in ("alone", "nois", "f-tis", "f-nois", "f-vis", "horizontal", "g5", "g10", "g100")]
-        + [(p, a) for p in ("trainable", "expertise") for a in ("alone", "nois", "f-nois", "f-tis")])
+        + [(p, a) for p in ("trainable", "expertise") for a in ("alone", "nois", "f-nois", "f-tis")]
+        + [(p, OPEN_ARM) for p in ("size", "trainable", "expertise")])
 
 
 @dataclass(frozen=True)

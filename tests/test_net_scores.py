@@ -218,7 +218,7 @@ def test_a_fed_node_gives_a_newcomer_the_slot_of_a_neighbour_whose_groups_never_
     assert mesh.scores()[inbound[0]]["rounds_useless"] == 0
 
 
-def test_subnet_of_keys_public_addresses_by_their_24_or_48_and_exempts_the_rest():
+def test_subnet_of_groups_by_24_or_32_relay_or_unreadable_and_exempts_private_addresses():
     assert subnet_of("/ip4/11.12.0.7/tcp/4001") == subnet_of("/ip4/11.12.0.200/udp/1/quic") == "11.12.0.0/24"
     assert subnet_of("/ip4/11.12.1.7/tcp/4001") == "11.12.1.0/24"
     assert subnet_of("/ip6/2a00:4860:1:2::5/tcp/1") == subnet_of("/ip6/2a00:4860:ffff::1/tcp/1") == "2a00:4860::/32"

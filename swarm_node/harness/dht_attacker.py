@@ -13,8 +13,10 @@
     flood      --ids I libp2p hosts, each running --loops L concurrent loops of valid announcement
                exchanges with the target as fast as it answers, for --seconds
 
-Prints `ATTACKER up` once built and connected, waits for --go-file to exist (if given: so that a
-bench measures the victim's baseline right before the attack), prints `ATTACKING <unix time>` and
+Prints `ATTACKER up` once built and connected, waits for --go-file to exist (if given), prints
+`ATTACKING <unix time>`; bomb and flood then attack only while the go file exists (a bench switches
+the attack on and off, so that the victim's rounds with and without it share the machine's load) and
+stop --seconds after the first go. At the end it
 writes a JSON summary (--summary) at the end: requests sent and answered, errors, and for cachefill
 how many records the target stored and served and how long its `find` took.
 """
@@ -100,6 +102,10 @@ def bomb_records(run_id: str, request_bytes: int) -> tuple[DHTID, list[bytes], l
     return key_id, subkeys, values
 
 
+def active(args) -> bool:
+    return not args.go_file or os.path.exists(args.go_file)
+
+
 async def ready(args) -> None:
     """Say we are up, wait for the go file (if any), say when the attack starts."""
     print("ATTACKER up", flush=True)
@@ -130,6 +136,9 @@ async def bomb(args, summary: dict) -> None:
 
     async def one_lane() -> None:
         while time.monotonic() < t_end:
+            if not active(args):
+                await asyncio.sleep(0.05)
+                continue
             summary["sent"] += 1
             t = time.monotonic()
             try:
@@ -194,6 +203,9 @@ async def flood(args, summary: dict) -> None:
 
     async def one_loop(p2p: P2P) -> None:
         while time.monotonic() < t_end:
+            if not active(args):
+                await asyncio.sleep(0.05)
+                continue
             summary["sent"] += 1
             try:
                 _, reader, writer = await asyncio.wait_for(open_stream(p2p, pid, ANNOUNCE_PROTOCOLS), 2.0)

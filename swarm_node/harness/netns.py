@@ -1,8 +1,8 @@
 """A small internet inside Linux network namespaces, for tests and benchmarks that cross real networks.
 
     with Internet("sn1") as net:            # a bridge namespace: the "internet", 11.11.0.0/16
-        relay = net.host("relay")           # a public host on it: 11.11.0.10
-        far = net.host("far", subnet=7)     # one in another /24: 11.11.7.10
+        relay = net.host("relay")           # a public host on it, in a /24 of its own: 11.11.0.10
+        far = net.host("far", subnet=0)     # another in the same /24: 11.11.0.11
         a = net.nat_host("a")               # a host at 10.1.0.2 behind its own masquerading NAT router
         net.shape(a, loss_pct=1, rate_kbit=2000, delay_ms=50, jitter_ms=10)  # nftables loss, tc tbf,
                                             # and a userspace netem (netem.py) on the host's link
@@ -14,8 +14,9 @@ killing what still runs inside them, so a failed test leaves nothing behind. Nee
 CAP_NET_ADMIN), iproute2 and nftables (tests/host-packages.sh installs them); `unavailable()` says why
 not, for a clear skip (a failure under CI, tests/ci_skips.py). Delays
 also need /dev/net/tun (`shape` raises without it).
-Addresses: public hosts 11.11.s.10.. (s: the host's subnet, 0 by default), NAT routers' WAN 11.11.0.100..,
-NAT LAN k: 10.k.0.0/24; the bridge's hosts are all on one link (11.11.0.0/16).
+Addresses: public hosts 11.11.s.10.. (s: the host's /24, a new one per host unless given: separate
+machines, as the per-subnet neighbour limit sees them), NAT router k's WAN 11.11.(100 + k).1, its LAN
+10.k.0.0/24; the bridge's hosts are all on one link (11.11.0.0/16).
 """
 
 from __future__ import annotations
@@ -115,8 +116,11 @@ class Internet:
         _sh("ip", "-n", ns, "addr", "add", f"{ip}/16", "dev", "wan0")
         return port
 
-    def host(self, name: str, subnet: int = 0) -> Host:
-        """A host with a public address on the internet, in 11.11.`subnet`.0/24 (0..99)."""
+    def host(self, name: str, subnet: int | None = None) -> Host:
+        """A host with a public address on the internet, in 11.11.`subnet`.0/24 (0..99; default: the
+        lowest no host has yet)."""
+        if subnet is None:
+            subnet = min(k for k in range(100) if k not in self._public)
         assert 0 <= subnet < 100
         ns = self._namespace(name)
         ip = f"{PUBLIC_NET}.{subnet}.{10 + self._public.get(subnet, 0)}"
@@ -131,7 +135,7 @@ class Internet:
         self._nat += 1
         k = self._nat
         router = self._namespace(f"{name}-nat")
-        wan_ip = f"{PUBLIC_NET}.0.{100 + k}"
+        wan_ip = f"{PUBLIC_NET}.{100 + k}.1"
         port = self._attach(router, wan_ip, f"{name}-nat")
         ns = self._namespace(name)
         self._wire(router, "lan0", ns, "eth0")
