@@ -10,10 +10,8 @@ import time
 import pytest
 
 from swarm_node.config import SwarmConfig
-from swarm_node.net.records import send_announcement
+from swarm_node.harness.dht_attacker import announce_loop
 from swarm_node.net.hivemind import HivemindTransport
-from swarm_node.net.hivemind_internals import open_stream
-from swarm_node.net.records import ANNOUNCE_PROTOCOLS
 
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
 FLOOD_S, LOOPS, MAX_STREAMS = 8.0, 8, 20_000
@@ -23,23 +21,9 @@ async def flood(p2p, target: str, announcement: dict, counts: dict) -> None:
     """LOOPS concurrent loops of valid announcement exchanges with `target`, for FLOOD_S at most."""
     from hivemind.p2p import PeerID
 
-    pid, t_end = PeerID.from_base58(target), time.monotonic() + FLOOD_S
-
-    async def one_loop() -> None:
-        while time.monotonic() < t_end and counts["opened"] < MAX_STREAMS:
-            counts["opened"] += 1
-            try:
-                _, reader, writer = await asyncio.wait_for(open_stream(p2p, pid, ANNOUNCE_PROTOCOLS), 2.0)
-                try:
-                    await asyncio.wait_for(send_announcement(reader, writer, announcement), 2.0)
-                    counts["answered"] += 1
-                finally:
-                    writer.close()
-            except Exception:
-                counts["closed"] += 1
-                await asyncio.sleep(0.001)
-
-    await asyncio.gather(*(one_loop() for _ in range(LOOPS)))
+    t_end = time.monotonic() + FLOOD_S
+    await asyncio.gather(*(announce_loop(p2p, PeerID.from_base58(target), announcement, counts, t_end,
+                                         max_streams=MAX_STREAMS) for _ in range(LOOPS)))
 
 
 @pytest.mark.slow
@@ -59,7 +43,7 @@ def test_an_id_flooding_announce_streams_is_graylisted_and_rounds_go_on():
         attacker.start()
         announcement = {"run_id": run, "seq": 1, "degree": 0, "model_id": "m", "tokenizer": "tok",
                         "protocol": v.protocol, "round": 1, "policy_version": 1, "offers": [], "addrs": [], "peers": []}
-        counts = {"opened": 0, "answered": 0, "closed": 0}
+        counts = {"sent": 0, "answered": 0, "errors": 0}
 
         async def start():
             return asyncio.get_running_loop().create_task(flood(attacker._p2p, v.peer_id, announcement, counts))

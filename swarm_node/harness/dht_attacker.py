@@ -190,6 +190,27 @@ async def cachefill(args, summary: dict) -> None:
     await p2p.shutdown()
 
 
+async def announce_loop(p2p: P2P, pid: PeerID, announcement: dict, counts: dict, t_end: float,
+                        active=lambda: True, max_streams: int = 10**9) -> None:
+    """Valid announcement exchanges with `pid`, one after another as fast as it answers (or closes the
+    stream), while `active()`, until `t_end` (monotonic) or max_streams in all; counts sent, answered, errors."""
+    while time.monotonic() < t_end and counts["sent"] < max_streams:
+        if not active():
+            await asyncio.sleep(0.05)
+            continue
+        counts["sent"] += 1
+        try:
+            _, reader, writer = await asyncio.wait_for(open_stream(p2p, pid, ANNOUNCE_PROTOCOLS), 2.0)
+            try:
+                await asyncio.wait_for(send_announcement(reader, writer, announcement), 2.0)
+                counts["answered"] += 1
+            finally:
+                writer.close()
+        except Exception:
+            counts["errors"] += 1
+            await asyncio.sleep(0.001)
+
+
 async def flood(args, summary: dict) -> None:
     hosts = [await P2P.create(host_maddrs=LOCAL) for _ in range(args.ids)]
     pid, addr = split(args.target)
@@ -200,25 +221,8 @@ async def flood(args, summary: dict) -> None:
     summary["ids"] = [str(p.peer_id) for p in hosts]
     await ready(args)
     t_end = time.monotonic() + args.seconds
-
-    async def one_loop(p2p: P2P) -> None:
-        while time.monotonic() < t_end:
-            if not active(args):
-                await asyncio.sleep(0.05)
-                continue
-            summary["sent"] += 1
-            try:
-                _, reader, writer = await asyncio.wait_for(open_stream(p2p, pid, ANNOUNCE_PROTOCOLS), 2.0)
-                try:
-                    await asyncio.wait_for(send_announcement(reader, writer, announcement), 2.0)
-                    summary["answered"] += 1
-                finally:
-                    writer.close()
-            except Exception:
-                summary["errors"] += 1
-                await asyncio.sleep(0.001)
-
-    await asyncio.gather(*(one_loop(p2p) for p2p in hosts for _ in range(args.loops)))
+    await asyncio.gather(*(announce_loop(p2p, pid, announcement, summary, t_end, lambda: active(args))
+                           for p2p in hosts for _ in range(args.loops)))
     for p2p in hosts:
         await p2p.shutdown()
 

@@ -34,7 +34,7 @@ class SybilMesh(Mesh):
     def announcement(self, to: str) -> dict:
         return {**super().announcement(to), "degree": 0}
 
-    def _room_for(self, peer: str, now: float) -> bool:
+    def _room_for(self, peer: str, now: float, group: str | None = None) -> bool:
         return True
 
     def prune(self, now: float | None = None) -> list[str]:
