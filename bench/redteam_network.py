@@ -137,11 +137,13 @@ def trial(name: str, seed: int, before_s: float) -> dict:
         v_pid = (read_status(tmp / "victim") or {})["pid"]
         rss_before = rss_mb(tmp / "victim")
         windows: dict[str, list] = {"off": [], "on": []}  # (start, end, V's CPU at start, at end)
+        grew = {"off": 0.0, "on": 0.0}  # V's RSS growth within the windows, MB
 
         def window(state: str, until) -> None:
-            t, c = time.time(), cpu_s(v_pid)
+            t, c, m = time.time(), cpu_s(v_pid), rss_mb(tmp / "victim")
             until()
             windows[state].append((t, time.time(), c, cpu_s(v_pid)))
+            grew[state] += rss_mb(tmp / "victim") - m
 
         if seconds:  # on and off in turns of CYCLE_S, `seconds` on in all: both see the same background load
             for _ in range(max(1, round(seconds / CYCLE_S))):
@@ -163,6 +165,7 @@ def trial(name: str, seed: int, before_s: float) -> dict:
         res = {"attack": name, "seed": seed, "args": extra, "attack_s": round(on_s, 1),
                "windows": len(windows["on"]), "before": rows.window(windows["off"]), "during": rows.window(windows["on"]),
                "rss_before_mb": rss_before, "rss_after_mb": rss_mb(tmp / "victim"),
+               "rss_growth_mb": {k: round(v, 1) for k, v in grew.items()},
                "victim_cores_before": cpu_share(windows["off"]), "victim_cores_during": cpu_share(windows["on"]),
                "attacker": {**summary, "answer_s_median": statistics.median(answers) if answers else None},
                "wall_s": round(time.time() - t0, 1)}
@@ -180,6 +183,11 @@ def load(path: Path) -> list[dict]:
     return json.loads(path.read_text())["runs"] if path.exists() else []
 
 
+def growth(r: dict) -> str:
+    g = r.get("rss_growth_mb")
+    return "?" if not g else f"{g['off']:+.1f} / {g['on']:+.1f}"
+
+
 def cores(c: dict | None) -> str:
     return "?" if not c else f"{c['python']:.2f} + {c['p2pd']:.2f}"
 
@@ -191,7 +199,7 @@ def load(path: Path) -> list[dict]:
 def table(runs: list[dict]) -> str:
     lines = ["| attack | trial | attack s (windows) | V median round s without / with | p99 without / with | "
              "rounds per 10 s without / with | V cores (python + p2pd) without / with | "
-             "V RSS MB before / after | attacker: sent, answered | other |",
+             "V RSS MB before / after (growth without / with) | attacker: sent, answered | other |",
              "|---|---:|---:|---|---|---|---|---|---|---|"]
     for r in runs:
         b, d, a = r["before"], r["during"], r["attacker"]
@@ -204,7 +212,7 @@ def table(runs: list[dict]) -> str:
                      f"{b['median_round_s']} / {d['median_round_s']} | "
                      f"{b['p99_round_s']} / {d['p99_round_s']} | {b['rounds_per_10s']} / {d['rounds_per_10s']} | "
                      f"{cores(r.get('victim_cores_before'))} / {cores(r.get('victim_cores_during'))} | "
-                     f"{r['rss_before_mb']} / {r['rss_after_mb']} | {a['sent']}, {a['answered']} | {other} |")
+                     f"{r['rss_before_mb']} / {r['rss_after_mb']} ({growth(r)}) | {a['sent']}, {a['answered']} | {other} |")
     return "\n".join(lines)
 
 

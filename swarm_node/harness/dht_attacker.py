@@ -9,7 +9,8 @@
     cachefill  --records N validly signed membership records of N cheap identities, all under one
                membership key, sent straight to the target through both storage paths hivemind
                offers (in_cache = true, then false), --per-request records a request (40: under
-               the target's 64 KiB request limit); then a `find` of that key, timed
+               the target's 64 KiB request limit), at most --rate requests a second (8: under the
+               target's per-peer rate, so it is not simply graylisted); then a `find` of that key, timed
     flood      --ids I libp2p hosts, each running --loops L concurrent loops of valid announcement
                exchanges with the target as fast as it answers, for --seconds
 
@@ -168,9 +169,12 @@ async def cachefill(args, summary: dict) -> None:
     p2p, dht, pid = await attacker_dht(args.target)
     await ready(args)
     per_request = args.per_request
+    t_next = time.monotonic()
     for in_cache in (True, False):
         stored = 0
         for i in range(0, len(values), per_request):
+            await asyncio.sleep(max(0.0, t_next - time.monotonic()))
+            t_next = time.monotonic() + 1 / args.rate
             summary["sent"] += 1
             try:
                 ok = await asyncio.wait_for(dht.protocol.call_store(
@@ -237,6 +241,7 @@ def main() -> int:
     ap.add_argument("--request-mb", type=float, default=3.8, help="bomb: size of each request")
     ap.add_argument("--records", type=int, default=3000, help="cachefill: records (identities)")
     ap.add_argument("--per-request", type=int, default=40, help="cachefill: records per StoreRequest")
+    ap.add_argument("--rate", type=float, default=8.0, help="cachefill: requests per second at most")
     ap.add_argument("--ids", type=int, default=1, help="flood: peer ids (one libp2p host each)")
     ap.add_argument("--loops", type=int, default=16, help="flood: concurrent loops per id")
     ap.add_argument("--go-file", default=None, help="wait for this file to exist before attacking")
