@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -116,23 +117,32 @@ def graylisted_after(log: Path, t_attack: float) -> float | None:
     return None
 
 
-def trial(name: str, seed: int, before_s: float) -> dict:
+def pinned(node: NodeProcess, cores: str | None) -> NodeProcess:
+    """`node` run on these CPU cores only (taskset), or as it is (None)."""
+    if cores is not None:
+        node.argv = ["taskset", "-c", cores, *node.argv]
+    return node
+
+
+def trial(name: str, seed: int, before_s: float, pin: bool = False) -> dict:
     extra, seconds = ATTACKS[name]
+    n = os.cpu_count() or 1
+    victim_cores, attacker_cores = (f"0-{max(0, n - 2)}", str(n - 1)) if pin and n > 1 else (None, None)
     tmp = Path(tempfile.mkdtemp(prefix=f"rtnet-{name}-{seed}-"))
     run, procs, t0 = f"rtnet-{name}-{seed}", [], time.time()
     try:
         v = NodeProcess.join([*victim_args(100_000), "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
-        procs.append(v.start())
+        procs.append(pinned(v, victim_cores).start())
         h = NodeProcess.join([*victim_args(100_000), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
                               "--peers", v.address()], tmp / "honest")
-        procs.append(h.start())
+        procs.append(pinned(h, victim_cores).start())
         rows = Rows(v)
         v.wait_rows(lambda r: len(r) >= 5, 900, "V's first rounds with H")
         go = tmp / "go"
         attacker = NodeProcess([sys.executable, "-m", "swarm_node.harness.dht_attacker", *extra, "--target",
                                 v.address(), "--run-id", run, "--seconds", str(2 * seconds + 5), "--go-file", str(go),
                                 "--summary", str(tmp / "attacker.json")], log=tmp / "attacker.log")
-        procs.append(attacker.start())
+        procs.append(pinned(attacker, attacker_cores).start())
         attacker.wait_line("ATTACKER up", 1800)
         v_pid = (read_status(tmp / "victim") or {})["pid"]
         rss_before = rss_mb(tmp / "victim")
@@ -162,7 +172,7 @@ def trial(name: str, seed: int, before_s: float) -> dict:
         summary = json.loads((tmp / "attacker.json").read_text())
         answers = summary.pop("answer_s")
         on_s = sum(t1 - t for t, t1, _, _ in windows["on"])
-        res = {"attack": name, "seed": seed, "args": extra, "attack_s": round(on_s, 1),
+        res = {"attack": name, "seed": seed, "args": extra, "attack_s": round(on_s, 1), "pinned": pin,
                "windows": len(windows["on"]), "before": rows.window(windows["off"]), "during": rows.window(windows["on"]),
                "rss_before_mb": rss_before, "rss_after_mb": rss_mb(tmp / "victim"),
                "rss_growth_mb": {k: round(v, 1) for k, v in grew.items()},
@@ -208,7 +218,7 @@ def table(runs: list[dict]) -> str:
                  f"find {a.get('served')} records in {a.get('find_s')} s" if a["mode"] == "cachefill" else
                  f"{a.get('records_per_request')} records, {a.get('request_bytes', 0) / 1e6:.1f} MB a request; "
                  f"answer median {a.get('answer_s_median')} s")
-        lines.append(f"| {r['attack']} | {r['seed']} | {r['attack_s']} ({r.get('windows', 1)}) | "
+        lines.append(f"| {r['attack']}{' (pinned)' if r.get('pinned') else ''} | {r['seed']} | {r['attack_s']} ({r.get('windows', 1)}) | "
                      f"{b['median_round_s']} / {d['median_round_s']} | "
                      f"{b['p99_round_s']} / {d['p99_round_s']} | {b['rounds_per_10s']} / {d['rounds_per_10s']} | "
                      f"{cores(r.get('victim_cores_before'))} / {cores(r.get('victim_cores_during'))} | "
@@ -222,6 +232,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--before", type=float, default=45.0, help="seconds of V's baseline right before each attack")
     ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--pin", action="store_true", help="V and H on all cores but the last, the attacker on the "
+                                                        "last (taskset): on one machine, what a remote attacker "
+                                                        "costs V rather than what its own CPU takes from V")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args()
     path = Path(args.results)
@@ -230,9 +243,9 @@ def main() -> int:
         return 0
     for seed in range(args.trials):
         for name in args.attacks:
-            if any((r["attack"], r["seed"]) == (name, seed) for r in load(path)):
+            if any((r["attack"], r["seed"], r.get("pinned", False)) == (name, seed, args.pin) for r in load(path)):
                 continue
-            res = trial(name, seed, args.before)
+            res = trial(name, seed, args.before, args.pin)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"runs": load(path) + [res]}, indent=1) + "\n")
             print(table([res]).splitlines()[-1], flush=True)
