@@ -348,7 +348,8 @@ class PushDiscovery:
         if not self.limiter.allow(peer, "announce"):  # counted by the limiter (over_rate)
             writer.close()
             return
-        if peer in self.serving or len(self.serving) >= MAX_CONCURRENT_ANNOUNCES:
+        if peer in self.serving or len(self.serving) >= MAX_CONCURRENT_ANNOUNCES or (
+                peer not in self.mesh.neighbors and not self.limiter.allow_newcomer()):
             writer.close()
             return
         self.serving.add(peer)

@@ -147,6 +147,9 @@ class RateLimits:
 
     announce_rate: float = 4.0  # announcement streams a peer may open per second (an honest one pushes <= 2/s)
     announce_burst: float = 16.0  # ... and at once
+    newcomer_rate: float = 20.0  # announcement streams per second from peers that are not our neighbours, all
+    # together (64 ids x 4 loops each stayed within its own rate: 2,910 announcements answered in 30 s)
+    newcomer_burst: float = 40.0  # ... and at once
     fetch_rate: float = 20.0  # fetch streams a peer may open per second (one packet per round, resumes)
     fetch_burst: float = 64.0  # ... and at once
     dht_rate: float = 10.0  # DHT requests (store, find, ping) a peer may send per second (an honest one: a few a minute)
@@ -174,6 +177,7 @@ class PeerLimiter:
         self.strikes: OrderedDict[str, list[float]] = OrderedDict()  # peer -> times of its recent misbehaviour
         self.gray_until: dict[str, float] = {}
         self.dht_total = TokenBucket(limits.dht_total_rate, limits.dht_total_burst, clock)
+        self.newcomers = TokenBucket(limits.newcomer_rate, limits.newcomer_burst, clock)
         self.over_rate = self.graylisted_total = 0  # counters: streams closed over the rate, graylistings
 
     def now(self) -> float:
@@ -200,6 +204,15 @@ class PeerLimiter:
             return True
         self.over_rate += 1
         self.misbehaved(peer, now)
+        return False
+
+    def allow_newcomer(self) -> bool:
+        """Whether to read an announcement from a peer that is not our neighbour now (a budget shared by all
+        of them: many cheap ids each within its own rate must not add up). Not misbehaviour: it may be honest
+        and is asked to come back (its dial backs off)."""
+        if self.newcomers.take():
+            return True
+        self.over_rate += 1
         return False
 
     def allow_dht(self, peer: str, size: int) -> bool:
