@@ -10,6 +10,7 @@ file under bench/results/ holding the numbers, the exact command and the machine
     PeakMemory                peak RSS of this process over a block (VmHWM, reset via clear_refs)
     synthetic_packet(...)     a codec.Packet of realistic size and content, no model needed
     run_json_subprocess(...)  run a worker in a fresh interpreter, parse the JSON it prints last
+    load_runs(path)           the runs of a resumable bench's results file ({"runs": [...]}), [] if none yet
 """
 from __future__ import annotations
 
@@ -375,3 +376,8 @@ class Timers:
     def take(self) -> dict[str, float]:
         out, self.acc = self.acc, {}
         return out
+
+
+def load_runs(path: Path) -> list[dict]:
+    """The runs of a resumable bench's results file ({"runs": [...]}), [] if there is none yet."""
+    return json.loads(path.read_text())["runs"] if path.exists() else []

@@ -33,6 +33,7 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
+from bench._common import load_runs  # noqa: E402
 from swarm_node.harness.process import NodeProcess  # noqa: E402
 from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
@@ -130,10 +131,6 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         print("work dir:", tmp, flush=True)
 
 
-def load(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["runs"] if path.exists() else []
-
-
 def table(runs: list[dict]) -> str:
     lines = ["| Sybils | kind | order | trials | honest packets in V's rounds (min) | median round s (max) | "
              "V-H unlinked after linking | longest Sybil slot, rounds (max) |", "|---|---|---|---:|---:|---:|---:|---:|"]
@@ -160,7 +157,7 @@ def main() -> int:
     args = ap.parse_args()
     path = Path(args.results)
     if args.table:
-        print(table(load(path)))
+        print(table(load_runs(path)))
         return 0
     model = public_warm_start(VICTIM_WARMSTART_STEPS)
     cells = [(0, "none", s) for s in range(args.trials)]
@@ -168,15 +165,15 @@ def main() -> int:
     for k, order, seed in cells:
         if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"]) == (k, args.kind if k else "empty",
                                                                                     order, seed, args.rounds)
-               for r in load(path)):
+               for r in load_runs(path)):
             continue
         res = trial(k, order, seed, args.rounds, model, args.kind if k else "empty")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"runs": load(path) + [res]}, indent=1) + "\n")
+        path.write_text(json.dumps({"runs": load_runs(path) + [res]}, indent=1) + "\n")
         print(f"{time.strftime('%H:%M:%S')} k={k} {order} seed {seed}: delivery {res['honest_delivery']:.2f}, "
               f"median {res['median_round_s']:.2f} s, unlinked {res['unlinked_rounds_after_link']}, "
               f"longest Sybil slot {res['sybil_longest_slot_rounds']} ({res['wall_s']} s)", flush=True)
-    print(table(load(path)))
+    print(table(load_runs(path)))
     return 0
 
 

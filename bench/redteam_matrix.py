@@ -29,6 +29,7 @@ import numpy as np
 
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
+from bench._common import load_runs  # noqa: E402
 from bench.redteam_poisoning import honest_shares, run_swarm  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
 
@@ -75,10 +76,6 @@ def wait_for_quiet(until: dt.datetime) -> bool:
     return dt.datetime.now(dt.timezone.utc) < until
 
 
-def load(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["runs"] if path.exists() else []
-
-
 def key(cell: dict) -> tuple:
     return cell["kind"], cell["seed"], cell["rounds"], cell["attackers"], cell["attacker_args"]
 
@@ -86,7 +83,7 @@ def key(cell: dict) -> tuple:
 def backfill(path: Path, work_root: Path) -> int:
     """Add `honest_shares` to cells run before it was recorded, from the cell's work directory (the
     `redteam-<kind>-<seed>-*` under work_root whose victim log was last written nearest the cell's end)."""
-    runs, done = load(path), 0
+    runs, done = load_runs(path), 0
     for cell in runs:
         if "honest_share_ge_25_frac" in cell:
             continue
@@ -151,7 +148,7 @@ def main() -> int:
     if args.backfill:
         print(f"{backfill(path, Path(args.backfill))} cells backfilled")
     if args.table or args.backfill:
-        print(table(load(path), args.rounds))
+        print(table(load_runs(path), args.rounds))
         return 0
     os.nice(max(0, 10 - os.nice(0)))
     now = dt.datetime.now(dt.timezone.utc)
@@ -162,21 +159,21 @@ def main() -> int:
     for kind, seed in cells:
         attackers, extra = KINDS[kind]
         cell = {"kind": kind, "seed": seed, "rounds": args.rounds, "attackers": attackers, "attacker_args": extra}
-        if key(cell) in {key(r) for r in load(path)}:
+        if key(cell) in {key(r) for r in load_runs(path)}:
             continue
         if not wait_for_quiet(until):
             print(f"--until {args.until} reached: stopping before {kind} seed {seed}", flush=True)
             break
         print(f"{time.strftime('%H:%M:%S')} cell {kind} seed {seed}", flush=True)
         res = run_swarm(kind, args.rounds, attackers, extra, seed)
-        runs = load(path) + [res]
+        runs = load_runs(path) + [res]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
         tmp.replace(path)
         print(f"{time.strftime('%H:%M:%S')} {kind} seed {seed}: V {res['victim']} H {res['honest']} "
               f"groups {res['groups_per_peer']} ({res['wall_s']} s)", flush=True)
-    print(table(load(path), args.rounds))
+    print(table(load_runs(path), args.rounds))
     return 0
 
 

@@ -36,6 +36,7 @@ import psutil
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from swarm_node.harness.poisoner import victim_args  # noqa: E402
+from bench._common import load_runs  # noqa: E402
 from swarm_node.harness.process import NodeProcess  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
 
@@ -189,10 +190,6 @@ def trial(name: str, seed: int, before_s: float, pin: bool = False) -> dict:
         print("work dir:", tmp, flush=True)
 
 
-def load(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["runs"] if path.exists() else []
-
-
 def growth(r: dict) -> str:
     g = r.get("rss_growth_mb")
     return "?" if not g else f"{g['off']:+.1f} / {g['on']:+.1f}"
@@ -200,10 +197,6 @@ def growth(r: dict) -> str:
 
 def cores(c: dict | None) -> str:
     return "?" if not c else f"{c['python']:.2f} + {c['p2pd']:.2f}"
-
-
-def load(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["runs"] if path.exists() else []
 
 
 def table(runs: list[dict]) -> str:
@@ -239,17 +232,17 @@ def main() -> int:
     args = ap.parse_args()
     path = Path(args.results)
     if args.table:
-        print(table(load(path)))
+        print(table(load_runs(path)))
         return 0
     for seed in range(args.trials):
         for name in args.attacks:
-            if any((r["attack"], r["seed"], r.get("pinned", False)) == (name, seed, args.pin) for r in load(path)):
+            if any((r["attack"], r["seed"], r.get("pinned", False)) == (name, seed, args.pin) for r in load_runs(path)):
                 continue
             res = trial(name, seed, args.before, args.pin)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"runs": load(path) + [res]}, indent=1) + "\n")
+            path.write_text(json.dumps({"runs": load_runs(path) + [res]}, indent=1) + "\n")
             print(table([res]).splitlines()[-1], flush=True)
-    print(table(load(path)))
+    print(table(load_runs(path)))
     return 0
 
 
