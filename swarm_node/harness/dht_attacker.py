@@ -76,9 +76,8 @@ def sybil_signer(keys: list[rsa.RSAPrivateKey]) -> RecordValidatorBase:
         def validate(self, record) -> bool:
             return True
 
-        def sign_value(self, record) -> bytes:
-            owner = next(o for o in by_owner if o in record.subkey)
-            return by_owner[owner].sign_value(record)
+        def sign_value(self, record) -> bytes:  # the subkey is the serialized owner key
+            return by_owner[MSGPackSerializer.loads(record.subkey)].sign_value(record)
 
         def strip_value(self, record) -> bytes:
             return signers[0].strip_value(record)
