@@ -54,14 +54,15 @@ def list_peers(cfg: SwarmConfig, wait_s: float, poll_s: float = 1.0) -> list[dic
     transport.start()
     try:
         seen: dict[str, PeerInfo] = {}
-        deadline, stable = time.monotonic() + wait_s, 0
+        start, stable = time.monotonic(), 0
+        deadline = start + wait_s
         while time.monotonic() < deadline:
             before = len(seen)
             for info in transport.peers():
                 if info.model_id != LIGHT_CLIENT_MODEL:
                     seen[info.peer_id] = info
             stable = stable + 1 if seen and len(seen) == before else 0
-            if stable >= 3 and time.monotonic() >= deadline - wait_s + min(wait_s, MIN_LISTEN_S):
+            if stable >= 3 and time.monotonic() >= start + min(wait_s, MIN_LISTEN_S):
                 break
             time.sleep(poll_s)
     finally:

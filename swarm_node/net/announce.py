@@ -162,12 +162,13 @@ class Mesh:
         ann.info.offers = kept
         return "unfetchable" if offers and not kept else None
 
-    def _admit(self, ann: Announcement, now: float, outbound: bool = False, addr: str | None = None) -> None:
+    def _admit(self, ann: Announcement, now: float, outbound: bool = False, addr: str | None = None,
+               group: str | None = None) -> None:
         peer = ann.info.peer_id
         n = self.neighbors.get(peer)
         if n is None:  # its group is fixed now: a neighbour that later connects from elsewhere still counts here
             n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, self.round, now), addr=addr,
-                                                group=self.group_of(peer, addr))
+                                                group=group)
         n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
         if ann.seq >= n.seq:
             n.info, n.seq = ann.info, ann.seq
@@ -218,8 +219,9 @@ class Mesh:
             if peer not in self.initial:
                 self.known.pop(peer, None)
             return {"status": STATUS_OK, **self.announcement(to=peer)}
-        if self._room_for(peer, now, self.group_of(peer, addr)):
-            self._admit(ann, now, addr=addr)
+        group = self.group_of(peer, addr)
+        if self._room_for(peer, now, group):
+            self._admit(ann, now, addr=addr, group=group)
             self.neighbors[peer].sent_at = now
             return {"status": STATUS_OK, **self.announcement(to=peer)}
         self.learn([(peer, ann.addrs)] + ann.peers)  # a candidate: it may take an idle neighbor's slot
@@ -301,11 +303,12 @@ class Mesh:
                 status = "bad_reply"
             else:
                 reason = self.judge(ann)
-                if reason is None and peer not in self.neighbors and self.crowded(self.group_of(peer, addr)):
+                group = self.group_of(peer, addr)
+                if reason is None and peer not in self.neighbors and self.crowded(group):
                     self.refused["subnet"] += 1
                     status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
                 elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
-                    self._admit(ann, now, outbound=peer not in self.neighbors, addr=addr)
+                    self._admit(ann, now, outbound=peer not in self.neighbors, addr=addr, group=group)
                     self.neighbors[peer].sent_at = now
                     return STATUS_OK
                 else:

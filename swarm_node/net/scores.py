@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm_node.fsutil import write_json_atomic
+from swarm_node.net.reach import observed_ip
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +62,8 @@ def subnet_of(addr: str | None) -> str | None:
     if "p2p-circuit" in parts:
         relay = parts[parts.index("p2p-circuit") - 1] if parts.index("p2p-circuit") >= 2 else "?"
         return f"relay:{relay}"
-    if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
-        return "?"
     try:
-        ip = ipaddress.ip_address(parts[2])
+        ip = ipaddress.ip_address(observed_ip(addr) or "")
     except ValueError:
         return "?"
     if ip.version == 6:
