@@ -12,6 +12,7 @@ node's final checkpoint.
     python bench/replicate.py --quick      # smoke run, <= 10 min: 1 seed, 3 arms, size pair
     python bench/replicate.py              # the study (resumes: finished runs are skipped)
     python bench/replicate.py --render     # only re-render docs/REPLICATION.md from the JSON
+    python bench/replicate.py --seeds 5 --arms alone,f-tis,f-tis-open   # more seeds for some arms
 
 Scale (full): 3 seeds x (9 size arms + 4 trainable + 4 expertise), 100 rounds, evaluation on 500
 every 25 rounds, OOD on 500: 42 swarm runs of 45-135 s and 9 alone runs of 25-70 s, 60 min of run
@@ -27,6 +28,7 @@ arms without results are marked "not run yet".
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shutil
@@ -249,8 +251,8 @@ def study(scale: Scale, stop_at: float | None) -> None:
     nodes = sorted({n for pair, _ in scale.plan for n in PAIRS[pair]})
     warm_up([NODES[n] for n in nodes])
     warm_ood(scale)
-    for pair, arm in scale.plan:
-        for seed in scale.seeds:
+    for seed in scale.seeds:  # seed-major: a study stopped early still has every arm at the same seeds
+        for pair, arm in scale.plan:
             if stop_at is not None and time.time() > stop_at:
                 print("stopping: --stop-at reached (finished runs are cached; run again to resume)")
                 return
@@ -262,11 +264,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run (<= 10 min): 1 seed, 3 arms, 4 rounds")
     parser.add_argument("--render", action="store_true", help="only re-render docs/REPLICATION.md from the JSON")
     parser.add_argument("--stop-at", help="start no new run after this UTC time (HH:MM)")
+    parser.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the plan's (adds seeds to a study)")
+    parser.add_argument("--arms", help="only these arms, comma-separated (e.g. alone,f-tis,f-tis-open)")
     parser.add_argument("--warm-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warm_one:
         return warm_one(args.warm_one)
     scale = QUICK if args.quick else FULL
+    if args.seeds:
+        scale = dataclasses.replace(scale, seeds=tuple(range(args.seeds)))
+    if args.arms:
+        unknown = set(args.arms.split(",")) - set(ARMS)
+        if unknown:
+            parser.error(f"unknown arm(s) {sorted(unknown)}; choose from {sorted(ARMS)}")
+        scale = dataclasses.replace(scale, plan=tuple(pa for pa in scale.plan if pa[1] in args.arms.split(",")))
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` also stops the nodes it started
     stop_at = None
