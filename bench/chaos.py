@@ -58,6 +58,7 @@ PROFILES = {  # rounds of the run, its wall budget, the round deadline, the spli
     "full": {"rounds": 1000, "budget_s": 2580, "deadline_s": 2.0, "split_s": 120, "eval_n": 500},
 }
 RSS_BOUND = 1024 * 2**20  # node + its p2pd, bytes
+FAULT_GRACE_S = 30.0  # after a fault ends, evictions of and by its node are still its doing (idle rounds, restart)
 FD_GROWTH = 64  # fds a life may gain between its 3rd round and its end
 HEAL_ROUNDS = 12  # rounds of the cut node after the heal by which a packet must have crossed
 Z = 3.0  # standard errors of the accuracy tolerance
@@ -183,7 +184,8 @@ class Chaos:
         ckpt, row = node.latest_round(), node.round()
         time.sleep(self.rng.uniform(2, 6))
         self.restart(node, ckpt + 1)
-        self.events.append({"fault": "kill", "node": node.name, "t": t, "last_row": row, "checkpoint": ckpt})
+        self.events.append({"fault": "kill", "node": node.name, "t": t, "t_end": time.time(), "last_row": row,
+                            "checkpoint": ckpt})
         self.log(f"kill -9 {node.name} after its round {row} (checkpoint {ckpt}); restarted with --resume")
 
     def freeze(self, node: Node) -> None:
@@ -219,10 +221,10 @@ class Chaos:
         rc = node.proc.popen.wait(min(120, self.left()))
         (root / "filler").unlink()
         ckpt = node.latest_round()
-        self.events.append({"fault": "disk", "node": node.name, "t": t, "rc": rc, "checkpoint": ckpt,
-                            "checkpoint_bytes": size, "room_bytes": room})
         self.log(f"filled {node.name}'s checkpoint disk: exit {rc}; freed, restarted with --resume")
         self.restart(node, ckpt + 1)
+        self.events.append({"fault": "disk", "node": node.name, "t": t, "t_end": time.time(), "rc": rc,
+                            "checkpoint": ckpt, "checkpoint_bytes": size, "room_bytes": room})
 
 
 # ------------------------------------------------------------------------------------------- the run
@@ -347,6 +349,38 @@ def window(node: Node, t0: float, t1: float) -> list[dict]:
             if r > 0 and seen - row.get("time/round_s", 0) - 1.0 >= t0 and seen <= t1]
 
 
+def honest_peers_lost(nodes: list[Node], events: list[dict]) -> dict:
+    """Which honest nodes' peer ids a node's log says it graylisted or evicted ("N idle neighbor(s) lost
+    their slot: ids", "peer X opened streams over its rate"), and the evictions no fault explains: a fault
+    excuses evictions of and by its node from its start to FAULT_GRACE_S after it ended (a killed,
+    frozen or cut node delivers nothing, and on its return finds its neighbours idle)."""
+    owner = {pid: n.name for n in nodes for life in n.lives if (pid := life.get("peer_id"))}
+    windows = [(e["node"], e["t"], e.get("t_end", e["t"]) + FAULT_GRACE_S) for e in events]
+    evicted, outside, graylisted = [], [], []
+    for n in nodes:
+        text = (n.out / "node.log").read_text(errors="replace")
+        day = time.strftime("%Y-%m-%d", time.localtime(min((e["t"] for e in events), default=time.time())))
+        for line in text.splitlines():
+            if "lost their slot: " in line:
+                ids, kind = line.split("lost their slot: ", 1)[1].split(", "), evicted
+            elif "opened streams over its rate" in line:
+                ids, kind = [line.split("peer ", 1)[1].split()[0]], graylisted
+            else:
+                continue
+            try:
+                t = time.mktime(time.strptime(f"{day} {line[:8]}", "%Y-%m-%d %H:%M:%S"))  # the log's local time
+            except ValueError:
+                continue
+            for pid in (i.strip() for i in ids):
+                if pid not in owner:
+                    continue  # the adversary, or a peer we do not know
+                kind.append((n.name, owner[pid], line[:8]))
+                if kind is evicted and not any(lo <= t <= hi and node in (n.name, owner[pid])
+                                               for node, lo, hi in windows):
+                    outside.append(kind[-1])
+    return {"evicted": evicted, "evicted_outside_faults": outside, "graylisted": graylisted}
+
+
 def check(p: dict, nodes: list[Node], others: list, events: list[dict], stopped: bool, error: str | None) -> dict:
     res, ev = [], {e["fault"]: e for e in events}
     lives = [(n, i, life) for n in nodes for i, life in enumerate(n.lives)]
@@ -445,6 +479,11 @@ def check(p: dict, nodes: list[Node], others: list, events: list[dict], stopped:
     nat_in = sum(r.get("swarm/packets_accepted", 0) for r in read_metrics(nodes[-1].out / "metrics.jsonl"))
     res.append(inv("NAT node serves through the relay and exchanges", nat.startswith("behind NAT: serving through relay")
                    and nat_in > 0, f"{nat[:90]!r}; {nat_in} packets accepted"))
+    lost = honest_peers_lost(nodes, events)
+    res.append(inv(f"no honest peer graylisted; evicted only while it or the evictor was down or cut (+ {FAULT_GRACE_S:.0f} s)",
+                   not lost["graylisted"] and not lost["evicted_outside_faults"],
+                   f"honest evictions {lost['evicted']} (outside a fault: {lost['evicted_outside_faults']}); "
+                   f"honest graylisted: {lost['graylisted']}"))
     evil = dict(others).get("adversary")
     rejected = Counter()
     for row in (r for n in nodes for r in read_metrics(n.out / "metrics.jsonl")):

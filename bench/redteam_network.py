@@ -51,7 +51,7 @@ ATTACKS = {
     "flood64": (["--mode", "flood", "--ids", "64", "--loops", "4"], 30),
 }
 CYCLE_S = 15.0  # bomb and flood: the attack is switched on and off in turns of this long
-GRAYLIST_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) WARN(?:ING)? \S+: peer (\S+) opened streams over its rate")
+GRAYLIST_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) (?:INFO|WARN(?:ING)?) \S+: peer (\S+) opened streams over its rate")
 
 
 class Rows:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,31 @@ def test_chaos_soak_loses_nothing(tmp_path):
     assert links["rtt_ms"] >= links["rtt_expected_ms"] - 2 * links["jitter_ms"]  # the links are delayed
     failed = [f"{i['name']}: {i['figure']}" for i in result["invariants"] if not i["ok"]]
     assert not failed, "\n".join(failed)
+
+
+def test_honest_evictions_are_excused_only_inside_a_fault_of_either_node(tmp_path):
+    """The soak's "no honest peer graylisted or evicted" invariant reads the nodes' logs: an eviction of
+    or by a node during its fault (+ grace) is the fault's doing; any other eviction or graylisting of an
+    honest peer id is reported, and the adversary's (an id no node has) never is."""
+    from types import SimpleNamespace
+
+    from bench.chaos import FAULT_GRACE_S, honest_peers_lost
+
+    t0 = time.mktime(time.strptime("2026-11-26 12:00:00", "%Y-%m-%d %H:%M:%S"))
+    nodes = []
+    for name, pid, lines in (("n0", "QmA", ["12:00:05 INFO swarm_node.net.announce: 1 idle neighbor(s) lost their slot: QmB",
+                                             "12:05:00 INFO swarm_node.net.announce: 2 idle neighbor(s) lost their slot: QmEvil, QmC"]),
+                             ("n1", "QmB", ["12:00:40 INFO swarm_node.net.scores: peer QmEvil opened streams over its rate 3 times"
+                                            " in 30 s: ignored for 120 s",
+                                            "12:01:00 INFO swarm_node.net.scores: peer QmA opened streams over its rate 3 times"
+                                            " in 30 s: ignored for 120 s"]),
+                             ("n2", "QmC", [])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "node.log").write_text("\n".join(["12:00:01 INFO swarm_node.node: round 1", *lines]) + "\n")
+        nodes.append(SimpleNamespace(name=name, out=tmp_path / name, lives=[{"peer_id": pid}]))
+    events = [{"fault": "freeze", "node": "n1", "t": t0, "t_end": t0 + 6}]
+    lost = honest_peers_lost(nodes, events)
+    assert FAULT_GRACE_S < 290  # 12:05:00 is outside every window
+    assert lost["evicted"] == [("n0", "n1", "12:00:05"), ("n0", "n2", "12:05:00")]
+    assert lost["evicted_outside_faults"] == [("n0", "n2", "12:05:00")]
+    assert lost["graylisted"] == [("n1", "n0", "12:01:00")]

@@ -242,7 +242,8 @@ class PeerLimiter:
         self.gray_until = {p: t for p, t in self.gray_until.items() if t > now}
         self.gray_until[peer] = now + lim.graylist_s
         self.graylisted_total += 1
-        logger.warning("peer %s opened streams over its rate %d times in %.0f s: ignored for %.0f s", peer,
+        # INFO: never rate-limited (logutil), so every graylisting is in the log; one per peer per graylist_s
+        logger.info("peer %s opened streams over its rate %d times in %.0f s: ignored for %.0f s", peer,
                        len(strikes), lim.misbehaviour_window_s, lim.graylist_s)
         if self.on_graylist is not None:
             self.on_graylist(peer, lim.graylist_s)
