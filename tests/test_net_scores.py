@@ -122,14 +122,19 @@ def test_inbound_peers_cannot_take_the_outbound_slots_and_degree_claims_buy_noth
     gone = mesh.prune(3.0)
     assert len(gone) == 1 and gone[0] not in (SYBILS[0], "QmPicked") and len(mesh.neighbors) == 4
     assert mesh.receive(gone[0], _ann(degree=0), 3.5)["status"] == "full"  # benched: cannot take it straight back
-    # below D, idle neighbours that dialled us lose their slot at once; the outbound one only to a candidate
+    # below D, idle neighbours that dialled us lose their slot at once, and so does an outbound one that
+    # never delivered (an empty Sybil we picked); an outbound one that delivered before, only to a candidate
+    assert mesh.on_reply("QmDelivered", {"status": "ok", **_ann(degree=1)}, 1.0) == "ok"
+    mesh.credit("QmDelivered", 1.5)
+    mesh.set_own("m", "t", 1 + 2 * IDLE_ROUNDS, 1, [], ADDR)
     for p in mesh.known:  # (those refused as full were remembered as candidates: none waits now)
         mesh.retry_at.setdefault(p, 10**9)
-    idle_inbound = sorted(p for p in mesh.neighbors if p not in (SYBILS[0], "QmPicked"))
-    assert sorted(mesh.evict(4.0)) == idle_inbound
-    assert set(mesh.neighbors) == {SYBILS[0], "QmPicked"} and mesh.evict(4.0) == []
+    idle_inbound = sorted(p for p in mesh.neighbors if p not in (SYBILS[0], "QmPicked", "QmDelivered"))
+    mesh.credit(SYBILS[0], 9.0)
+    assert sorted(mesh.evict(10.0)) == sorted([*idle_inbound, "QmPicked"])
+    assert set(mesh.neighbors) == {SYBILS[0], "QmDelivered"} and mesh.evict(10.0) == []
     mesh.learn([("QmCandidate", ADDR)])
-    assert mesh.evict(4.0) == ["QmPicked"] and mesh.candidates(5, 4.0) == [("QmCandidate", ADDR)]
+    assert mesh.evict(10.0) == ["QmDelivered"] and mesh.candidates(5, 10.0) == [("QmCandidate", ADDR)]
 
 
 def test_streams_over_a_peers_rate_are_refused_and_repeated_excess_graylists_it():

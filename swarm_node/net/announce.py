@@ -397,8 +397,8 @@ class Mesh:
         return dropped
 
     def evict(self, now: float) -> list[str]:
-        """Idle neighbors lose their slot even below `degree`: those that dialled us at once, those we
-        dialled to a waiting candidate (one each). A node whose neighbors deliver nothing while others
+        """Idle neighbors lose their slot even below `degree`: those that dialled us and those we dialled
+        that never delivered at once, the other ones we dialled to a waiting candidate (one each). A node whose neighbors deliver nothing while others
         could is treated as eclipsed and dials out; the evicted are benched (refused, not dialled)."""
         if self.starving():  # eclipsed: the peers we were told to join through are tried again now
             for p in self.initial:
@@ -407,13 +407,19 @@ class Mesh:
         waiting = sum(1 for p in self.known if p not in self.neighbors and p != self.own_id
                       and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now)
         idle = self.idle(now)
-        gone = [p for p in idle if not self.neighbors[p].score.outbound]
-        gone += [p for p in idle if self.neighbors[p].score.outbound][:waiting]
+        gone = [p for p in idle if not self.neighbors[p].score.outbound or self._never_delivered(p)]
+        gone += [p for p in idle if p not in gone][:waiting]
         for p in gone:
             self._bench(p, now)
         if gone:
             logger.info("%d idle neighbor(s) lost their slot: %s", len(gone), ", ".join(gone))
         return gone
+
+    def _never_delivered(self, peer: str) -> bool:
+        """A neighbour we dialled that has not delivered one packet since, and that the user did not name
+        (a bootstrap node or relay delivers none): an empty Sybil we picked loses its slot like one
+        that dialled us, within idle_rounds, even with no candidate waiting for the slot."""
+        return self.neighbors[peer].score.credits == 0 and peer not in self.initial
 
     def _bench(self, peer: str, now: float) -> None:
         """Drop `peer` and refuse it for IDLE_BENCH_S, doubling with each eviction up to MAX_IDLE_BENCH_S;
