@@ -280,12 +280,16 @@ def render(scale: Scale, quick: bool) -> None:
     count = {v: sum(x[1] == v for x in verdicts) for v in
              ("reproduced", "not reproduced", "inconclusive at this scale", "not run yet")}
     seeds = sorted({seed for (_, _, seed) in res})
+    per_arm = {arm: len({seed for (_, a, seed) in res if a == arm}) for (_, arm, _) in res}  # seeds run per arm
+    fewest, most = min(per_arm.values(), default=0), max(per_arm.values(), default=0)
+    seed_count = (f"{most} seed(s)" if fewest == most else f"{fewest} seeds per arm, {most} for "
+                  + ", ".join(sorted(a for a, n in per_arm.items() if n == most)))
     warm_file = scale.results / "warm-ood.json"
     warm = json.loads(warm_file.read_text()) if warm_file.exists() else {}
     runs = {(d["arm"], d["seed"], d["seconds"]) if d["arm"] == "alone" else (d["pair"], d["arm"], d["seed"]):
             d["seconds"] for d in (json.loads(p.read_text()) for p in scale.results.glob("*-s*.json"))}
     minutes = sum(runs.values()) / 60
-    summary = (f"In miniature (tiny presets on arith, {len(seeds)} seed(s), {scale.rounds} rounds): "
+    summary = (f"In miniature (tiny presets on arith, {seed_count}, {scale.rounds} rounds): "
                + ", ".join(f"{n} {k}" for k, n in count.items() if n) + " of the paper's 6 claims: "
                + "; ".join(f"({c[0]}) {v}" for c, v, _ in verdicts) + ".")
     out = ["# The paper's claims, re-tested in miniature", "", f"**Summary:** {summary}", "",
@@ -339,7 +343,7 @@ on subtraction only, both then RL-trained on both. Task: arith, 2-digit first op
 plain GRPO on 2 own groups per step (the same 24 sequences and the same number of steps, as the
 paper's baseline; its first prompt each round is the swarm node's prompt). {rounds} rounds, held-out
 greedy pass@1 on {n} test problems at the start, every {eval_every} rounds and at the end; OOD:
-{ood} problems with a second operand of 10..99. Seeds: {seeds} (the same seeds in every arm, so differences
+{ood} problems with a second operand of 10..99. Seeds: {seeds} (the same seeds in every arm that ran them, so differences
 are paired per seed). Warm
 starts' OOD pass@1: {warm}. Wall time of the runs below: {minutes:.0f} min.
 
