@@ -41,6 +41,7 @@ import psutil
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench import _common as C  # noqa: E402
+from swarm_node.harness.node_logs import FAULT_GRACE_S, honest_peers_lost  # noqa: E402
 from swarm_node.harness.netns import (Internet, leftover_namespaces, measure_link, tmpfs_holder,  # noqa: E402
                                       unavailable)
 from swarm_node.harness.process import NodeProcess, swarm_node_argv  # noqa: E402
@@ -58,7 +59,6 @@ PROFILES = {  # rounds of the run, its wall budget, the round deadline, the spli
     "full": {"rounds": 1000, "budget_s": 2580, "deadline_s": 2.0, "split_s": 120, "eval_n": 500},
 }
 RSS_BOUND = 1024 * 2**20  # node + its p2pd, bytes
-FAULT_GRACE_S = 30.0  # after a fault ends, evictions of and by its node are still its doing (idle rounds, restart)
 FD_GROWTH = 64  # fds a life may gain between its 3rd round and its end
 HEAL_ROUNDS = 12  # rounds of the cut node after the heal by which a packet must have crossed
 Z = 3.0  # standard errors of the accuracy tolerance
@@ -326,7 +326,6 @@ def soak(profile: str, seed: int, work: Path, loss_pct: float = 2.0, rate_kbit: 
 def inv(name: str, ok: bool, figure: str) -> dict:
     return {"name": name, "ok": bool(ok), "figure": figure}
 
-
 # ------------------------------------------------------------------------------------------- the invariants
 def checkpoint_loads(path: Path) -> bool:
     """Model, optimizer and RNG state of one checkpoint load (swarm_node.train.checkpoint's own loader)."""
@@ -347,38 +346,6 @@ def window(node: Node, t0: float, t1: float) -> list[dict]:
     """Rows of rounds that began after t0 and ended before t1 (start = first seen - round time - poll)."""
     return [row for r, (seen, row) in sorted(node.seen.items())
             if r > 0 and seen - row.get("time/round_s", 0) - 1.0 >= t0 and seen <= t1]
-
-
-def honest_peers_lost(nodes: list[Node], events: list[dict]) -> dict:
-    """Which honest nodes' peer ids a node's log says it graylisted or evicted ("N idle neighbor(s) lost
-    their slot: ids", "peer X opened streams over its rate"), and the evictions no fault explains: a fault
-    excuses evictions of and by its node from its start to FAULT_GRACE_S after it ended (a killed,
-    frozen or cut node delivers nothing, and on its return finds its neighbours idle)."""
-    owner = {pid: n.name for n in nodes for life in n.lives if (pid := life.get("peer_id"))}
-    windows = [(e["node"], e["t"], e.get("t_end", e["t"]) + FAULT_GRACE_S) for e in events]
-    evicted, outside, graylisted = [], [], []
-    for n in nodes:
-        text = (n.out / "node.log").read_text(errors="replace")
-        day = time.strftime("%Y-%m-%d", time.localtime(min((e["t"] for e in events), default=time.time())))
-        for line in text.splitlines():
-            if "lost their slot: " in line:
-                ids, kind = line.split("lost their slot: ", 1)[1].split(", "), evicted
-            elif "opened streams over its rate" in line:
-                ids, kind = [line.split("peer ", 1)[1].split()[0]], graylisted
-            else:
-                continue
-            try:
-                t = time.mktime(time.strptime(f"{day} {line[:8]}", "%Y-%m-%d %H:%M:%S"))  # the log's local time
-            except ValueError:
-                continue
-            for pid in (i.strip() for i in ids):
-                if pid not in owner:
-                    continue  # the adversary, or a peer we do not know
-                kind.append((n.name, owner[pid], line[:8]))
-                if kind is evicted and not any(lo <= t <= hi and node in (n.name, owner[pid])
-                                               for node, lo, hi in windows):
-                    outside.append(kind[-1])
-    return {"evicted": evicted, "evicted_outside_faults": outside, "graylisted": graylisted}
 
 
 def check(p: dict, nodes: list[Node], others: list, events: list[dict], stopped: bool, error: str | None) -> dict:

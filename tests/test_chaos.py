@@ -52,7 +52,7 @@ def test_honest_evictions_are_excused_only_inside_a_fault_of_either_node(tmp_pat
     honest peer id is reported, and the adversary's (an id no node has) never is."""
     from types import SimpleNamespace
 
-    from bench.chaos import FAULT_GRACE_S, honest_peers_lost
+    from swarm_node.harness.node_logs import FAULT_GRACE_S, honest_peers_lost
 
     t0 = time.mktime(time.strptime("2026-11-26 12:00:00", "%Y-%m-%d %H:%M:%S"))
     nodes = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +28,6 @@ from swarm_node.train.sampling import Sampler
 from swarm_node.wire.codec import Completion, Group
 
 OWN = "self"  # the source of the node's own groups in the buffer
-MAX_REMEMBERED_PEERS = 1024  # RolloutBuffer.last_taken: the peers whose last turn is remembered
 
 
 def round_examples(task: Task, round_index: int, k: int, key: str) -> list[Example]:
@@ -116,15 +114,10 @@ class RolloutBuffer:
     so peers' data never outweighs the node's own (at the default 1.0), and k peers share the
     slots: one liar's groups are at most ceil(share * slots) / (own + slots) of a step (1 in 4
     with the defaults: 2 own groups, 2 peer slots, 1 per peer). Peers are served round-robin,
-    the peer whose groups a step took longest ago first (a peer is first seen as just taken, so
-    fresh ids queue behind every peer already waiting; ties rotate with the round), each peer's
-    groups in arrival order, groups that can teach (`has_signal`) before those that cannot: peers
-    sending valid groups whose rewards are all equal (no gradient) used to take 4 of 5 slots from
-    the honest one. With more producers than slots, every one is taken within about producers /
-    slots rounds: a mesh neighbour is credited only for groups a step took, and with the rotation
-    by round alone 3 honest peers sharing 2 slots went 5 rounds untaken often enough that the
-    chaos soak's nodes evicted each other ~10 times in 190 rounds. Unused groups are dropped (a
-    later step must not train on older data than a peer's newer packet).
+    the starting peer rotating with the round, each peer's groups in arrival order, groups that
+    can teach (`has_signal`) before those that cannot: peers sending valid groups whose rewards
+    are all equal (no gradient) used to take 4 of 5 slots from the honest one. Unused groups are
+    dropped (a later step must not train on older data than a peer's newer packet).
 
     Horizontal mode (every node answers the same prompts, groups merge across nodes) takes from
     each peer at most one group per prompt we answered, so a peer's weight in a merged group is
@@ -136,7 +129,6 @@ class RolloutBuffer:
         self.max_peer_groups, self.peer_groups_per_own = max_peer_groups, peer_groups_per_own
         self.max_peer_share, self.horizontal = max_peer_share, horizontal
         self.entries: list[Rollout] = []
-        self.last_taken: OrderedDict[str, int] = OrderedDict()  # peer -> last round a step took its groups (or first sent)
 
     def add(self, groups: list[Group], source: str) -> None:
         self.entries.extend(Rollout(g, source) for g in groups)
@@ -149,9 +141,6 @@ class RolloutBuffer:
                 by_peer.setdefault(e.source, []).append(e)
         peers = sorted(by_peer)
         peers = peers[round_index % len(peers):] + peers[:round_index % len(peers)] if peers else []
-        for peer in peers:  # a peer first seen now waits behind every peer already waiting
-            self.last_taken.setdefault(peer, round_index)
-        peers.sort(key=lambda p: self.last_taken[p])  # longest waiting first; ties keep the rotation
         if self.horizontal:
             slots, queues = self.max_peer_groups, [self._one_per_prompt(by_peer[p], own) for p in peers]
         else:
@@ -169,11 +158,6 @@ class RolloutBuffer:
                     if queue and len(picked) < slots:
                         picked.append(queue.pop(0))
         self.entries = []
-        for peer in {e.source for e in picked}:
-            self.last_taken[peer] = round_index
-            self.last_taken.move_to_end(peer)
-        while len(self.last_taken) > MAX_REMEMBERED_PEERS:
-            self.last_taken.popitem(last=False)
         return own + picked
 
     @staticmethod
