@@ -15,10 +15,9 @@ def honest_peers_lost(nodes: list, events: list[dict]) -> dict:
     owner = {pid: n.name for n in nodes for life in n.lives if (pid := life.get("peer_id"))}
     windows = [(e["node"], e["t"], e.get("t_end", e["t"]) + FAULT_GRACE_S) for e in events]
     evicted, outside, graylisted = [], [], []
+    day = time.strftime("%Y-%m-%d", time.localtime(min((e["t"] for e in events), default=time.time())))
     for n in nodes:
-        text = (n.out / "node.log").read_text(errors="replace")
-        day = time.strftime("%Y-%m-%d", time.localtime(min((e["t"] for e in events), default=time.time())))
-        for line in text.splitlines():
+        for line in (n.out / "node.log").read_text(errors="replace").splitlines():
             if "lost their slot: " in line:
                 ids, kind = line.split("lost their slot: ", 1)[1].split(", "), evicted
             elif "opened streams over its rate" in line:

@@ -398,8 +398,9 @@ class Mesh:
 
     def evict(self, now: float) -> list[str]:
         """Idle neighbors lose their slot even below `degree`: those that dialled us and those we dialled
-        that never delivered at once, the other ones we dialled to a waiting candidate (one each). A node whose neighbors deliver nothing while others
-        could is treated as eclipsed and dials out; the evicted are benched (refused, not dialled)."""
+        that never delivered at once, the other ones we dialled to a waiting candidate (one each). A
+        node whose neighbors deliver nothing while others could is treated as eclipsed and dials out;
+        the evicted are benched (refused, not dialled)."""
         if self.starving():  # eclipsed: the peers we were told to join through are tried again now
             for p in self.initial:
                 if p not in self.neighbors and self.benched.get(p, 0.0) <= now:
