@@ -228,6 +228,8 @@ class SwarmConfig:
     """A round's wait while no neighbour is a producer near our round: a new swarm's first node, or neighbours that only relay or announce far-off rounds (None = deadline_s)."""
     staleness: int = 2
     """Accept peer packets from rounds r - staleness .. r + staleness; older ones are ignored and counted."""
+    max_lag: int = 64
+    """Vertical mode: a peer whose newest packet lies outside the staleness window (a slower or faster node) still has that newest packet taken, once, up to this many rounds from ours, without waiting for it (0: the window only)."""
     max_peer_groups: int = 24
     """Hard cap on peer groups used per training step."""
     peer_groups_per_own: float = 1.0
@@ -276,6 +278,7 @@ class SwarmConfig:
         _check(self.deadline_s >= 0 and (self.alone_wait_s is None or self.alone_wait_s >= 0),
                "swarm.deadline_s/alone_wait_s must be >= 0")
         _check(self.staleness >= 0, "swarm.staleness must be >= 0")
+        _check(self.max_lag >= 0, "swarm.max_lag must be >= 0")
         _check(self.max_peer_groups >= 0, "swarm.max_peer_groups must be >= 0")
         _check(self.peer_groups_per_own >= 0, "swarm.peer_groups_per_own must be >= 0")
         _check(0 < self.max_peer_share <= 1, "swarm.max_peer_share must be in (0, 1]")

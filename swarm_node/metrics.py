@@ -42,6 +42,7 @@ TRAIN_PEER_IMPLAUSIBLE = "train/peer_implausible_frac"  # share: an untrusted pe
 PEERS, PEER_GROUPS_USED = "swarm/peers", "swarm/peer_groups_used"
 PACKETS_RECEIVED, PACKETS_ACCEPTED, PACKETS_REJECTED = (
     "swarm/packets_received", "swarm/packets_accepted", "swarm/packets_rejected")
+PACKETS_LAGGING = "swarm/packets_lagging"  # accepted: a slower or faster peer's newest, outside the staleness window
 BYTES_IN, BYTES_OUT = "swarm/bytes_in", "swarm/bytes_out"
 PACKET_BYTES_IN, PACKET_BYTES_OUT = "swarm/packet_bytes_in", "swarm/packet_bytes_out"
 TOKENS_IN, TOKENS_OUT, COMPLETIONS_IN = "swarm/tokens_in", "swarm/tokens_out", "swarm/completions_in"

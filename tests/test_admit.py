@@ -112,6 +112,20 @@ def test_groups_must_have_the_runs_group_size(setup):
     assert e.value.reason == "group_size"
 
 
+def test_a_lagging_peers_packet_is_admitted_within_max_lag_only(setup):
+    """A node resumed from a checkpoint runs a constant 3 rounds behind the others (all pace on the same
+    deadline): with the window alone its packets were stale for them and theirs for it, for good (CI's
+    chaos soak: the restarted node received nothing for 36 s). swarm.max_lag admits it, and no farther."""
+    policy, task, groups, expect = setup
+    lagging = Expectations(**{**expect.__dict__, "max_lag": 4})
+    for r in (ROUND - 4, ROUND + 4):
+        assert accept_packet(_packet(groups, lagging, round=r), PEER, lagging, task, policy).round == r
+    for r, e in ((ROUND - 5, lagging), (ROUND + 5, lagging), (ROUND - 3, expect)):
+        with pytest.raises(Rejected) as err:
+            accept_packet(_packet(groups, e, round=r), PEER, e, task, policy)
+        assert err.value.reason == "stale"
+
+
 def test_a_private_swarm_admits_only_its_trusted_peers(setup):
     policy, task, groups, expect = setup
     private = Expectations(**{**expect.__dict__, "trusted_peers": frozenset({"QmFriend"})})

@@ -251,3 +251,37 @@ def test_a_fetch_left_running_when_a_round_ends_is_adopted_by_the_next_call_neve
         assert calls == Counter({fast: 1, slow: 1, late: 1}) and not state.pending
 
     asyncio.run(main())
+
+
+def test_a_slower_or_faster_peers_newest_offer_is_taken_once_and_its_older_ones_never():
+    """Vertical mode, swarm.max_lag: a node 4x slower than its neighbours fell out of their window for
+    good (and they out of its). Now a peer's newest offer outside the window, within max_lag, is wanted:
+    fetched once (also after the delivery memory forgot its digest), its older offers stay stale, an
+    offer beyond max_lag is not wanted; each counts toward the call's peers like any packet."""
+    import dataclasses
+
+    slow_old, slow_new, fast, far = (packet_digest(x) for x in (b"slow-old", b"slow-new", b"fast", b"far"))
+    peers = [_peer("QmSlow", [(80, slow_old, 3), (81, slow_new, 3)], round_=82),
+             _peer("QmFast", [(130, fast, 3)], round_=131), _peer("QmFar", [(10, far, 3)], round_=11)]
+    body = {slow_old: b"old", slow_new: b"new", fast: b"fast", far: b"far"}
+    fetched = []
+
+    async def fetch(peer, digest, timeout, size):
+        fetched.append(digest)
+        return body[digest], "ok"
+
+    async def main():
+        window = dict(wanted=lambda r: 99 <= r <= 103, oldest=99, newest=103)
+        limits = dataclasses.replace(LIMITS, max_lag=40)
+        state = Delivery()
+        t0 = time.monotonic()
+        got = await collect_offers(_lister(peers), fetch, limits, state, min_count=2, deadline_s=3, **window)
+        assert sorted(g.digest for g in got.packets) == sorted([slow_new, fast]) and time.monotonic() - t0 < 1.0
+        assert sorted(fetched) == sorted([slow_new, fast]) and got.dropped["stale"] == 2  # slow_old and far
+        state.forget_before(200)  # the digests are forgotten, the (peer, round) it came for is not
+        got = await collect_offers(_lister(peers), fetch, limits, state, min_count=1, deadline_s=0.3, **window)
+        assert got.packets == [] and sorted(fetched) == sorted([slow_new, fast])
+        no_lag = await collect_offers(_lister(peers), fetch, LIMITS, Delivery(), min_count=1, deadline_s=0.3, **window)
+        assert no_lag.packets == []  # max_lag 0: the window only, as before
+
+    asyncio.run(main())

@@ -42,7 +42,7 @@ def test_two_nodes_exchange_each_packet_once():
 
 def test_stale_offers_min_peers_and_the_newest_offers_only():
     network = MemoryNetwork()
-    a, b, c = _started(network, "QmA", "QmB", "QmC", cfg=SwarmConfig(max_offers=2))
+    a, b, c = _started(network, "QmA", "QmB", "QmC", cfg=SwarmConfig(max_offers=2, max_lag=0))
     old = a.offer(1, 1, b"round 1")
     a.offer(4, 1, b"round 4")
     a.offer(5, 1, b"round 5")  # max_offers=2: round 1 is no longer served
@@ -52,6 +52,18 @@ def test_stale_offers_min_peers_and_the_newest_offers_only():
     assert sorted(p.round for p in got.packets) == [4, 5] and got.dropped == Counter({"stale": 1})
     assert got.peers == 2
     assert c.collect(4, 6, min_peers=1, deadline_s=0.2).dropped == Counter()  # stale offers count once
+
+
+def test_a_lagging_peers_newest_offer_is_taken_once_with_max_lag():
+    """The default swarm.max_lag: B, 2 rounds behind the window, has its newest offer taken (once), not
+    its older one; without it B's packets were stale for good (a node resumed 3 rounds behind)."""
+    network = MemoryNetwork()
+    b, c = _started(network, "QmB", "QmC", cfg=SwarmConfig(max_offers=2))
+    b.offer(1, 1, b"B round 1")
+    b.offer(2, 1, b"B round 2")
+    got = c.collect(4, 6, min_peers=1, deadline_s=0.5)
+    assert [p.round for p in got.packets] == [2] and got.dropped == Counter({"stale": 1})
+    assert c.collect(4, 6, min_peers=1, deadline_s=0.2).packets == []  # taken once
 
 
 def test_a_hostile_member_is_distrusted_and_the_real_sender_delivers():

@@ -40,6 +40,12 @@ way) the call waits `idle_wait_s`, the node's own pace, as if alone. So a neighb
 round 0 with no offers no longer holds every round for the full deadline, and one announcing round
 1,000,000 no longer lets the node race through rounds without waiting.
 
+A node of another speed (vertical mode, `swarm.max_lag`): a peer whose newest offer lies outside
+the window, but within `max_lag` rounds of it, has that newest offer wanted too; one packet per
+(peer, round) as always, so a slow peer delivers each packet it makes once and a slow node takes
+its faster neighbours' latest instead of none. Nobody waits for such an offer: the window alone
+decides when a call may end early.
+
 Dropped offers are counted by reason: one left unfetched at the end of a call for a budget reason
 once per call, the others once per (peer, digest, reason) (`Delivery.counted`). Offers of rounds
 older than `oldest` are never fetched and counted once as `stale`.
@@ -77,11 +83,12 @@ class CollectLimits:
     lookup_timeout_s: float = 10.0  # one peer listing at most (clamped to the deadline)
     poll_s: float = 0.25  # the peer listing is re-read this often, fetches pending or not
     idle_wait_s: float | None = None  # wait when no believed producer is near (None: the whole deadline)
+    max_lag: int = 0  # a peer's newest offer outside the window is wanted up to this far from it (vertical mode)
 
     @classmethod
     def from_config(cls, cfg: SwarmConfig) -> CollectLimits:
         return cls(cfg.fetch_timeout_s, cfg.max_packet_bytes, cfg.max_peer_packets, cfg.max_peer_bytes,
-                   idle_wait_s=cfg.alone_wait_s)
+                   idle_wait_s=cfg.alone_wait_s, max_lag=min(cfg.max_lag, MAX_ROUND_GAP) if cfg.mode == "vertical" else 0)
 
 
 @dataclass
@@ -154,6 +161,7 @@ class Collector:
         self.used: Counter[str] = Counter()  # packets per peer in this call (in flight or counted)
         self.used_bytes: Counter[str] = Counter()  # declared bytes per peer in this call
         self.tries: Counter[tuple[str, str]] = Counter()  # fetches started per (peer, digest) in this call
+        self.newest_offer: dict[str, int] = {}  # peer -> the newest round it offers (latest listing)
 
     async def run(self, min_count: int, deadline_s: float, count_peers: bool) -> Collected:
         self.loop = asyncio.get_running_loop()
@@ -232,18 +240,31 @@ class Collector:
         """Count the peers, and each offer older than `oldest` once as stale (it is never fetched)."""
         self.peers_seen.update(info.peer_id for info in peers)
         self.peers = [info for info in peers if self.keep(info)]
+        self.newest_offer.update({info.peer_id: max(r for r, _, _ in info.offers) for info in peers if info.offers})
         if self.oldest is None:
             return
         for info in peers:
             for r, d, _ in info.offers:
-                if r < self.oldest and d not in self.state.delivered:
+                if r < self.oldest and d not in self.state.delivered and not self.lagging(info.peer_id, r):
                     self.state.delivered[d] = r
                     self.result.dropped["stale"] += 1
 
+    def wants(self, peer: str, r: int) -> bool:
+        """Whether `peer`'s offer of round `r` is wanted: a round of the window, or its newest one (lagging)."""
+        return self.wanted(r) or self.lagging(peer, r)
+
+    def lagging(self, peer: str, r: int) -> bool:
+        """`r` is the newest round `peer` offers, outside the window but within `max_lag` of it: a slower
+        (or faster) node's latest packet, taken once (`Delivery.taken`), never waited for. Without it
+        a node 4x slower than its neighbours fell out of their window for good and they of its."""
+        lag = self.limits.max_lag
+        return (lag > 0 and self.oldest is not None and self.newest is not None and r == self.newest_offer.get(peer)
+                and self.oldest - lag <= r <= self.newest + lag)
+
     def ignored(self, peer: str, r: int, d: str, now: float) -> bool:
         """Offers not to consider now (not counted as dropped)."""
-        return (d in self.state.delivered or not self.wanted(r) or (peer, d) in self.state.distrusted
-                or self.retry_at.get((peer, d), 0.0) > now)
+        return (d in self.state.delivered or self.state.taken.get((peer, r)) == d or not self.wants(peer, r)
+                or (peer, d) in self.state.distrusted or self.retry_at.get((peer, d), 0.0) > now)
 
     def refusal(self, peer: str, r: int, d: str, size: int) -> str | None:
         """Why a fetchable offer may not be fetched now (None: fetch it)."""
@@ -301,7 +322,7 @@ class Collector:
     def on_result(self, peer: str, r: int, d: str, size: int, data: bytes | None, reason: str) -> None:
         if data is not None:
             self.state.taken.setdefault((peer, r), d)
-            if d not in self.state.delivered and not self.wanted(r):  # adopted, and its round passed meanwhile
+            if d not in self.state.delivered and not self.wants(peer, r):  # adopted, and its round passed meanwhile
                 self.state.delivered[d] = r
                 self.result.dropped["stale"] += 1
             elif d not in self.state.delivered:
@@ -330,9 +351,10 @@ class Collector:
 
     def nothing_can_come(self) -> bool:
         """Whether the call may end before its deadline: every believed producer is past `newest`
-        and offers nothing wanted that is still undelivered (return at once: a node that fell
-        behind catches up, also beside a relay, found by bench/chaos.py), or there is no believed
-        producer at all and the idle wait is over (the node's own pace, as if alone)."""
+        and offers nothing of the window that is still undelivered (return at once: a node that fell
+        behind catches up, also beside a relay, found by bench/chaos.py; a lagging peer's newest offer
+        holds nothing), or there is no believed producer at all and the idle wait is over (the
+        node's own pace, as if alone)."""
         if self.newest is None:
             return False
         producers = self.producers()

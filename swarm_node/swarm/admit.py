@@ -9,7 +9,8 @@ docs/RELIABILITY.md lists them). The checks, in order:
     run           packet.run_id is this swarm's run
     sender        packet.sender equals the authenticated libp2p peer we fetched it from
     tokenizer     same tokenizer fingerprint as ours, else its token ids mean nothing to us
-    round         within the staleness bound of our round, and the round the peer's offer announced
+    round         within the staleness bound of our round (a slower or faster peer's newest packet:
+                  within max_lag), and the round the peer's offer announced
     task/example  the task is ours and every example id exists in our copy of the dataset, in
                   its train split (a held-out example would leak the evaluation set into training)
     prompt        the prompt tokens equal our own rendering of that example's prompt
@@ -76,6 +77,7 @@ class Expectations:
     run_id: str
     tokenizer: str  # our tokenizer fingerprint
     staleness: int
+    max_lag: int = 0  # a peer's newest packet is admitted this far from our round (the transport fetched only that one)
     max_tokens: int | None = None  # longest completion accepted (our own rollout.max_new_tokens)
     group_size: int | None = None  # completions per group (the run's G): more would multiply our training work
     trusted_peers: frozenset[str] = frozenset()  # if non-empty, only these peers' packets are admitted
@@ -144,7 +146,7 @@ class Admission:
             raise Rejected("sender_mismatch", f"packet claims {packet.sender}, came from {item.peer_id}")
         if packet.tokenizer != expect.tokenizer:
             raise Rejected("tokenizer_mismatch", packet.tokenizer)
-        if abs(packet.round - round_index) > expect.staleness:
+        if abs(packet.round - round_index) > max(expect.staleness, expect.max_lag):
             raise Rejected("stale", f"round {packet.round} vs ours {round_index}")
         if packet.round != item.round:
             raise Rejected("round_mismatch", f"packet says round {packet.round}, its offer said {item.round}")

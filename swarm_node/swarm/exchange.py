@@ -12,7 +12,9 @@
               is not waited for (free Sybil ids would each buy every round the wait)
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 
-Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness;
+Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness, and
+a slower or faster peer's newest packet up to `max_lag` rounds away (never waited for: a node 4x
+slower than its neighbours used to fall out of their window for good, and they out of its);
 horizontal mode only round r, since only then are the prompts the same. The transport delivers
 each digest at most once; a packet that claims another sender is not that peer's packet, so the
 (peer, digest) pair is distrusted and the real sender may still deliver it.
@@ -86,7 +88,7 @@ class Exchange:
             round_index - s.staleness, round_index + s.staleness)
         accepted: list[tuple[str, Packet]] = []
         rejected: Counter[str] = Counter()
-        n_received, packet_bytes_in, peers = 0, 0, 0
+        n_received, packet_bytes_in, peers, lagging = 0, 0, 0, 0
         t_end = time.monotonic() + self._deadline()
         heard: set[str] = set()  # peers that delivered a packet this round (accepted or not)
         t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
@@ -109,11 +111,13 @@ class Exchange:
                 if packet is not None:
                     accepted.append((item.peer_id, packet))
                     packet_bytes_in += len(item.data)
+                    lagging += not oldest <= item.round <= newest  # a slower or faster peer's newest (max_lag)
             if not got.packets or time.monotonic() >= t_end:  # the transport expects nothing more in time
                 break
         after = self.transport.stats()
         groups_in = [g for _, p in accepted for g in p.groups]
         stats = {M.PEERS: peers, M.PACKETS_RECEIVED: n_received, M.PACKETS_ACCEPTED: len(accepted),
+                 M.PACKETS_LAGGING: lagging,
                  M.PACKETS_REJECTED: sum(rejected.values()), M.PACKET_BYTES_IN: packet_bytes_in,
                  M.BYTES_OUT: after.get("bytes_out", 0) - before.get("bytes_out", 0),
                  M.BYTES_IN: after.get("bytes_in", 0) - before.get("bytes_in", 0),
