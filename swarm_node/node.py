@@ -233,7 +233,9 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 if exchange is not None:  # the mesh keeps neighbours we took data from that did not misbehave
                     exchange.credit(accepted, set(sources) - {OWN},
                                     implausible_only(sources, batch.rewards > 0, trainer.implausible),
-                                    useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)})
+                                    useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)},
+                                    teaching={peer for peer, packet in accepted if any(map(has_signal, packet.groups))},
+                                    round_index=r)
 
                 # ---------------------------------------------------------------- sync weights
                 sampler.sync(policy, trainer.policy_version)

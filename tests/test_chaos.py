@@ -72,3 +72,21 @@ def test_honest_evictions_are_excused_only_inside_a_fault_of_either_node(tmp_pat
     assert lost["evicted"] == [("n0", "n1", "12:00:05"), ("n0", "n2", "12:05:00")]
     assert lost["evicted_outside_faults"] == [("n0", "n2", "12:05:00")]
     assert lost["graylisted"] == [("n1", "n0", "12:01:00")]
+
+
+def test_an_eviction_past_midnight_is_dated_the_next_day(tmp_path):
+    """Log lines carry the time of day only: a soak started at 23:59:59 whose fault ends at 00:00:04
+    excuses an eviction at 00:00:20 (it was dated 24 h before the fault and reported before)."""
+    from types import SimpleNamespace
+
+    from swarm_node.harness.node_logs import honest_peers_lost
+
+    t0 = time.mktime(time.strptime("2026-11-26 23:59:59", "%Y-%m-%d %H:%M:%S"))
+    nodes = []
+    for name, pid, lines in (("n0", "QmA", ["00:00:20 INFO swarm_node.net.announce: 1 idle neighbor(s) lost their slot: QmB"]),
+                             ("n1", "QmB", [])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "node.log").write_text("\n".join(lines) + "\n")
+        nodes.append(SimpleNamespace(name=name, out=tmp_path / name, lives=[{"peer_id": pid}]))
+    lost = honest_peers_lost(nodes, [{"fault": "kill", "node": "n1", "t": t0, "t_end": t0 + 5}])
+    assert lost["evicted"] == [("n0", "n1", "00:00:20")] and lost["evicted_outside_faults"] == []

@@ -45,6 +45,7 @@ class ScriptedTransport:
         self.batches: list[list[Received]] = []
         self.calls: list[int] = []  # min_peers asked for, per collect call
         self.credited: list[str] = []
+        self.alive: list[str] = []  # credit(taken=False): a teaching packet the step had no room for
 
     def offer(self, round, policy_version, data):
         self.offered.append(data)
@@ -57,8 +58,8 @@ class ScriptedTransport:
     def distrust(self, peer, digest):
         pass
 
-    def credit(self, peer, useful=True):
-        self.credited.append(peer)
+    def credit(self, peer, useful=True, taken=True):
+        (self.credited if taken else self.alive).append(peer)
 
     def measure(self):
         pass
@@ -172,7 +173,27 @@ def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible(
     accepted = [("QmHonest", None), ("QmWeak", None), ("QmImplausible", None), ("QmHonest", None), ("QmNotTaken", None)]
     taken = {"QmHonest", "QmWeak", "QmImplausible"}  # QmNotTaken's groups were not in the step: nothing measured
     assert exchange.credit(accepted, taken, implausible={"QmImplausible"}) == ["QmHonest", "QmWeak"]
-    assert transport.credited == ["QmHonest", "QmWeak"]
+    assert transport.credited == ["QmHonest", "QmWeak"] and transport.alive == []
+
+
+def test_an_untaken_neighbour_that_could_teach_is_alive_unless_it_was_found_implausible():
+    """More teaching peers than peer slots: the one the step had no room for is alive (not idle, not
+    credited); one whose packet could not teach is not; and a peer whose positives a step found
+    implausible gets no such pass for IMPLAUSIBLE_ROUNDS rounds, whatever its untaken packets say."""
+    from swarm_node.swarm.exchange import IMPLAUSIBLE_ROUNDS
+
+    cfg = load_config(None, ["swarm.run_id=run"])
+    transport = ScriptedTransport()
+    exchange = Exchange(transport, cfg.swarm, "m", "t")
+    accepted = [(p, None) for p in ("QmTaken", "QmUntaken", "QmNoSignal", "QmPoisoner")]
+    teaching = {"QmTaken", "QmUntaken", "QmPoisoner"}
+    exchange.credit(accepted, {"QmTaken", "QmPoisoner"}, {"QmPoisoner"}, teaching=teaching, round_index=10)
+    assert transport.credited == ["QmTaken"] and transport.alive == ["QmUntaken"]
+    for r, alive in ((11, ["QmUntaken"]), (9 + IMPLAUSIBLE_ROUNDS, ["QmUntaken"]),
+                     (10 + IMPLAUSIBLE_ROUNDS, ["QmPoisoner", "QmUntaken"])):
+        transport.alive = []
+        exchange.credit(accepted, {"QmTaken"}, set(), teaching=teaching, round_index=r)
+        assert transport.alive == alive, (r, transport.alive)
 
 
 def test_implausible_only_names_the_peers_whose_every_taken_positive_was_dropped():

@@ -285,3 +285,29 @@ def test_a_slower_or_faster_peers_newest_offer_is_taken_once_and_its_older_ones_
         assert no_lag.packets == []  # max_lag 0: the window only, as before
 
     asyncio.run(main())
+
+
+def test_a_lagging_peers_newest_offer_is_delivered_though_it_offers_a_newer_one_meanwhile():
+    """A peer 3 rounds ahead on 200-ms links: its newest offer is fetched, and by the time the bytes
+    arrive it offers a newer round. The fetch was wanted when it began, so it is delivered (within
+    max_lag), not dropped as stale; the chaos soak's n0 lost every packet of such a peer this way."""
+    import dataclasses
+
+    first, second = packet_digest(b"r104"), packet_digest(b"r105")
+    listings = [[_peer("QmAhead", [(104, first, 4)], round_=104)],
+                [_peer("QmAhead", [(104, first, 4), (105, second, 4)], round_=105)]]
+
+    async def list_peers(timeout):
+        return listings[0] if len(listings) == 1 else listings.pop(0)
+
+    async def fetch(peer, digest, timeout, size):
+        await asyncio.sleep(0.3)  # the listing moves on meanwhile
+        return {first: b"r104", second: b"r105"}[digest], "ok"
+
+    async def main():
+        limits = dataclasses.replace(LIMITS, max_lag=40)
+        got = await collect_offers(list_peers, fetch, limits, Delivery(), min_count=2, deadline_s=2.0,
+                                   wanted=lambda r: 99 <= r <= 103, oldest=99, newest=103)
+        assert [g.digest for g in got.packets] == [first, second] and not got.dropped.get("stale")
+
+    asyncio.run(main())

@@ -405,3 +405,23 @@ def test_announcements_from_non_neighbours_share_one_budget():
     assert limiter.over_rate == 2 and not limiter.graylisted("anyone")
     now[0] += 1.0
     assert [limiter.allow_newcomer() for _ in range(3)] == [True, True, False]
+
+
+def test_a_neighbour_whose_teaching_packet_found_no_room_is_alive_not_credited():
+    """Three honest producers for two peer slots: the one left out of a step is alive (Mesh.credit
+    taken=False) and not idle, while one that delivers nothing is; being alive earns no credit, no
+    usefulness and no starving relief (an eclipsed node still counts only what its steps took)."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    for peer in ("QmLeftOut", "QmSilent", "QmTaken"):
+        assert mesh.receive(peer, _ann(degree=1), 0.0)["status"] == "ok"
+    for r in range(1, 3 * IDLE_ROUNDS):
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        mesh.credit("QmTaken", float(r))
+        mesh.credit("QmLeftOut", float(r), useful=True, taken=False)
+    assert mesh.evict(float(3 * IDLE_ROUNDS)) == ["QmSilent"]
+    left_out = mesh.scores()["QmLeftOut"]
+    assert left_out["rounds_idle"] == 0 and left_out["credits"] == 0 and left_out["rounds_useless"] > IDLE_ROUNDS
+    for r in range(3 * IDLE_ROUNDS, 3 * IDLE_ROUNDS + 2):  # nothing taken for 2 rounds: starving, alive or not
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        mesh.credit("QmLeftOut", float(r), taken=False)
+    assert mesh.starving()

@@ -337,7 +337,7 @@ class FakeTransport:
     def distrust(self, peer, digest):
         self.distrusted.append((peer, digest))
 
-    def credit(self, peer):
+    def credit(self, peer, useful=True, taken=True):
         pass
 
     def measure(self):

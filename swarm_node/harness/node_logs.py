@@ -15,7 +15,8 @@ def honest_peers_lost(nodes: list, events: list[dict]) -> dict:
     owner = {pid: n.name for n in nodes for life in n.lives if (pid := life.get("peer_id"))}
     windows = [(e["node"], e["t"], e.get("t_end", e["t"]) + FAULT_GRACE_S) for e in events]
     evicted, outside, graylisted = [], [], []
-    day = time.strftime("%Y-%m-%d", time.localtime(min((e["t"] for e in events), default=time.time())))
+    start = min((e["t"] for e in events), default=time.time())
+    day = time.strftime("%Y-%m-%d", time.localtime(start))
     for n in nodes:
         for line in (n.out / "node.log").read_text(errors="replace").splitlines():
             if "lost their slot: " in line:
@@ -28,6 +29,7 @@ def honest_peers_lost(nodes: list, events: list[dict]) -> dict:
                 t = time.mktime(time.strptime(f"{day} {line[:8]}", "%Y-%m-%d %H:%M:%S"))  # the log's local time
             except ValueError:
                 continue
+            t += 86400 * (t < start - 43200)  # past midnight (a run is far shorter than 12 h)
             for pid in (i.strip() for i in ids):
                 if pid not in owner:
                     continue  # the adversary, or a peer we do not know

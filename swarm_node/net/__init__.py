@@ -113,10 +113,12 @@ class Transport(Protocol):
         misbehaviour in (`credit`), so a neighbor that delivers nothing, or only implausible
         data, may lose its slot (a transport used without an exchange idles nobody)."""
 
-    def credit(self, peer_id: str, useful: bool = True) -> None:
+    def credit(self, peer_id: str, useful: bool = True, taken: bool = True) -> None:
         """`peer_id` delivered a packet the node admitted and trained with (swarm/exchange.py says
         when), `useful` if a group of it carried a training signal: what the transport measured of
-        its neighbors keeps that one in the mesh (net/scores.py); a self-reported degree does not."""
+        its neighbors keeps that one in the mesh (net/scores.py); a self-reported degree does not.
+        `taken=False`: a packet that could teach, admitted, that the step had no room for: the
+        neighbour is not idle, and earns nothing else."""
 
     def neighbours(self) -> dict[str, dict]:
         """What this node measured of each neighbour (net/scores.py): {peer: {outbound, credits,

@@ -354,12 +354,16 @@ class Mesh:
         n, p = len(self.neighbors), self.params
         return max(p.degree - n, min(p.max_degree - n, p.out_quota - self.outbound()))
 
-    def credit(self, peer: str, now: float, useful: bool = True) -> None:
+    def credit(self, peer: str, now: float, useful: bool = True, taken: bool = True) -> None:
         """`peer` delivered a packet first that the node accepted (not an echo): its slot is earned;
-        `useful`: one of its groups carried a training signal (its rewards differ)."""
+        `useful`: one of its groups carried a training signal (its rewards differ). `taken=False`: a
+        packet that could teach, accepted, that the step had no room for (more teaching peers than
+        peer slots): the neighbour is not idle (`Score.alive`), and earns nothing else."""
         self.measuring = True
         n = self.neighbors.get(peer)
-        if n is not None:
+        if n is not None and not taken:
+            n.score.alive_round, n.score.alive_t = self.round, now
+        elif n is not None:
             n.score.credits += 1
             n.score.credited_round, n.score.credited_t = self.round, now
             if useful:
@@ -373,8 +377,7 @@ class Mesh:
             return []
         rounds, seconds = (STARVING_ROUNDS, 0.0) if self.starving() else (p.idle_rounds, p.idle_s)
         idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, rounds, seconds)]
-        return sorted(idle, key=lambda q: (max(self.neighbors[q].score.since_round, self.neighbors[q].score.credited_round),
-                                           self.neighbors[q].score.credits))
+        return sorted(idle, key=lambda q: (self.neighbors[q].score.last_round(), self.neighbors[q].score.credits))
 
     def outbound(self) -> int:
         return sum(1 for n in self.neighbors.values() if n.score.outbound)

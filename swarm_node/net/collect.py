@@ -243,9 +243,11 @@ class Collector:
         self.newest_offer.update({info.peer_id: max(r for r, _, _ in info.offers) for info in peers if info.offers})
         if self.oldest is None:
             return
+        in_flight = {d for _, _, d, _ in self.in_flight.values()}  # fetched as a lagging newest: on_result decides
         for info in peers:
             for r, d, _ in info.offers:
-                if r < self.oldest and d not in self.state.delivered and not self.lagging(info.peer_id, r):
+                if (r < self.oldest and d not in self.state.delivered and d not in in_flight
+                        and not self.lagging(info.peer_id, r)):
                     self.state.delivered[d] = r
                     self.result.dropped["stale"] += 1
 
@@ -257,9 +259,14 @@ class Collector:
         """`r` is the newest round `peer` offers, outside the window but within `max_lag` of it: a slower
         (or faster) node's latest packet, taken once (`Delivery.taken`), never waited for. Without it
         a node 4x slower than its neighbours fell out of their window for good and they of its."""
+        return r == self.newest_offer.get(peer) and self.within_lag(r)
+
+    def within_lag(self, r: int) -> bool:
+        """`r` lies within `max_lag` of the window (a lagging fetch that completes after the peer
+        offered a newer round is still delivered: at 3 rounds apart, on 200-ms links, every one was
+        dropped as stale before)."""
         lag = self.limits.max_lag
-        return (lag > 0 and self.oldest is not None and self.newest is not None and r == self.newest_offer.get(peer)
-                and self.oldest - lag <= r <= self.newest + lag)
+        return lag > 0 and self.oldest is not None and self.newest is not None and self.oldest - lag <= r <= self.newest + lag
 
     def ignored(self, peer: str, r: int, d: str, now: float) -> bool:
         """Offers not to consider now (not counted as dropped)."""
@@ -322,7 +329,7 @@ class Collector:
     def on_result(self, peer: str, r: int, d: str, size: int, data: bytes | None, reason: str) -> None:
         if data is not None:
             self.state.taken.setdefault((peer, r), d)
-            if d not in self.state.delivered and not self.wants(peer, r):  # adopted, and its round passed meanwhile
+            if d not in self.state.delivered and not (self.wanted(r) or self.within_lag(r)):  # adopted; its round passed
                 self.state.delivered[d] = r
                 self.result.dropped["stale"] += 1
             elif d not in self.state.delivered:

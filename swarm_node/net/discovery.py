@@ -289,9 +289,9 @@ class PushDiscovery:
         loop = asyncio.get_running_loop()
         return [loop.create_task(self.driver.run()), loop.create_task(self._member_loop())]
 
-    def credit(self, peer: str, useful: bool) -> None:
+    def credit(self, peer: str, useful: bool, taken: bool = True) -> None:
         """`peer` delivered a packet we took (`Mesh.credit`); the anchors file follows the best outbound neighbours."""
-        self.mesh.credit(peer, time.time(), useful)
+        self.mesh.credit(peer, time.time(), useful, taken)
         best = self.mesh.best_outbound()
         if self.anchors_path is not None and best and best != self.anchors:
             try:

@@ -348,9 +348,9 @@ class HivemindTransport:
     def measure(self) -> None:  # accepted packets are credited from now on: idle neighbors may lose their slot
         self._measure = True  # read when the mesh is made (start); Exchange calls this before
 
-    def credit(self, peer_id: str, useful: bool = True) -> None:
+    def credit(self, peer_id: str, useful: bool = True, taken: bool = True) -> None:
         async def apply():  # v2: the neighbor's slot is earned
-            return self._push is not None and self._push.credit(peer_id, useful)
+            return self._push is not None and self._push.credit(peer_id, useful, taken)
         self._run(apply(), 5.0)
 
     def neighbours(self) -> dict[str, dict]:

@@ -190,9 +190,9 @@ class MemoryTransport:
         with self.network.lock:
             self._mesh.measuring = True
 
-    def credit(self, peer_id: str, useful: bool = True) -> None:
+    def credit(self, peer_id: str, useful: bool = True, taken: bool = True) -> None:
         with self.network.lock:
-            self._mesh.credit(peer_id, time.time(), useful)
+            self._mesh.credit(peer_id, time.time(), useful, taken)
 
     def neighbours(self) -> dict[str, dict]:
         with self.network.lock:

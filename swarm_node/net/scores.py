@@ -107,17 +107,23 @@ class Score:
     credited_round: int = -1  # our round at its last credit
     credited_t: float = float("-inf")  # our clock at its last credit
     useful_round: int = -1  # our round when a group of it last carried a training signal (mixed rewards)
+    alive_round: int = -1  # our round when it last delivered a packet that could teach and the step had no room for
+    alive_t: float = float("-inf")  # our clock then
 
     def idle(self, round: int, now: float, idle_rounds: int, idle_s: float) -> bool:
-        """Delivered nothing for idle_rounds of our rounds and idle_s seconds (since it joined or its last credit)."""
+        """Delivered nothing for idle_rounds of our rounds and idle_s seconds (since it joined, its last
+        credit, or its last packet that could teach and found no room in our step)."""
         if idle_rounds <= 0:
             return False
-        last_round, last_t = max(self.since_round, self.credited_round), max(self.since_t, self.credited_t)
-        return round - last_round >= idle_rounds and now - last_t >= idle_s
+        last_t = max(self.since_t, self.credited_t, self.alive_t)
+        return round - self.last_round() >= idle_rounds and now - last_t >= idle_s
+
+    def last_round(self) -> int:
+        """Our round when it joined, or last delivered (credited, or alive)."""
+        return max(self.since_round, self.credited_round, self.alive_round)
 
     def as_dict(self, round: int) -> dict:
-        last = max(self.since_round, self.credited_round)
-        return {"outbound": self.outbound, "credits": self.credits, "rounds_idle": max(0, round - last),
+        return {"outbound": self.outbound, "credits": self.credits, "rounds_idle": max(0, round - self.last_round()),
                 "rounds_useless": max(0, round - max(self.since_round, self.useful_round))}
 
 

@@ -24,8 +24,10 @@ whose groups the step took earns its mesh slot (`Transport.credit`), unless ever
 in the step was found implausible (trained on or not: an all-correct group has no advantage and is
 judged without training): a peer that only offers completions our own model would not write is
 misbehaving, whatever its packets look like. Wrong answers are not misbehaviour: a weak honest
-peer earns its slot, and keeps the link over which it learns from us. The mesh keeps neighbours
-by what they delivered, never by what they say (issue 27).
+peer earns its slot, and keeps the link over which it learns from us. One whose packet could teach
+but found no room in the step is alive (not idle) without credit, unless a step found it implausible
+in the last IMPLAUSIBLE_ROUNDS rounds. The mesh keeps neighbours by what they delivered, never by
+what they say (issue 27).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from swarm_node.wire.contract import by_reference
 log = logging.getLogger(__name__)
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
 FAIR_ROUNDS = 2  # fair arrival waits only for neighbours that delivered a packet we took in one of our last 2 rounds
+IMPLAUSIBLE_ROUNDS = 20  # a peer found implausible: its untaken packets do not keep it from idling for 20 rounds
 
 
 def count_tokens(groups: list[Group]) -> int:
@@ -66,6 +69,7 @@ class Exchange:
         self.transport, self.cfg, self.model_id, self.tokenizer = transport, cfg, model_id, tokenizer
         self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
+        self.implausible_at: dict[str, int] = {}  # peer -> our last round whose step found all its positives implausible
         transport.measure()  # we credit useful packets (`credit`): the mesh may replace neighbours that deliver none
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
@@ -136,21 +140,33 @@ class Exchange:
         return accepted, stats
 
     def credit(self, accepted: list[tuple[str, Packet]], taken: set[str], implausible: set[str],
-               useful: set[str] | None = None) -> list[str]:
+               useful: set[str] | None = None, teaching: set[str] = frozenset(), round_index: int = 0) -> list[str]:
         """Credit the neighbours that delivered admitted packets the step took (`taken`: peers with a
         group in it), except `implausible`: the peers all of whose positives in the step were found
         implausible (see the module docstring); `useful` (default: all taken) marks those with a
-        group whose rewards differ. Returns the credited."""
+        group whose rewards differ. Returns the credited.
+
+        A neighbour whose admitted packet could teach (`teaching`: a group whose rewards differ) but
+        found no room in the step (more teaching peers than peer slots) is marked alive, not
+        credited: it is not idle. Before, with 3 honest producers for 2 slots, one often went
+        untaken 5 rounds in a row and lost its slot (the chaos soak). Not for IMPLAUSIBLE_ROUNDS
+        after a step found all its positives implausible: a poisoner is judged whenever it is
+        taken, and its untaken packets must not keep the slot it lost by that judgement."""
+        for peer in implausible:
+            self.implausible_at[peer] = round_index
+        self.implausible_at = {p: r for p, r in self.implausible_at.items() if round_index - r < IMPLAUSIBLE_ROUNDS}
         earned = sorted(({peer for peer, _ in accepted} & taken) - implausible)
         for peer in earned:
             self.transport.credit(peer, useful=useful is None or peer in useful)
+        for peer in sorted(teaching - taken - self.implausible_at.keys()):
+            self.transport.credit(peer, useful=False, taken=False)
         return earned
 
     def _proven_producers(self) -> set[str]:
-        """Neighbours a fair wait is for: producers whose packets a step of ours took in one of our
-        last FAIR_ROUNDS rounds (`credit`), and new neighbours in their first FAIR_ROUNDS rounds
-        (`rounds_idle` counts from whichever is later), so a peer buys at most fair_wait_s of our
-        time per packet it delivered, plus its first rounds. Before: every producer not heard from
+        """Neighbours a fair wait is for: producers whose packets a step of ours took (or had no room
+        for, though they could teach) in one of our last FAIR_ROUNDS rounds (`credit`), and new
+        neighbours in their first FAIR_ROUNDS rounds (`rounds_idle` counts from whichever is later),
+        so a peer buys at most fair_wait_s of our time per packet it delivered, plus its first rounds. Before: every producer not heard from
         was waited for, and 3 silent live Sybils made every round 9x slower
         (bench/redteam_eclipse.py); one delivering every 4th round kept every round 2 s longer (red
         team 2, `laggard`). Without the newcomer's rounds, Sybils that deliver first every round
