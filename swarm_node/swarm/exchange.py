@@ -166,9 +166,9 @@ class Exchange:
         """Neighbours a fair wait is for: producers whose packets a step of ours took (or had no room
         for, though they could teach) in one of our last FAIR_ROUNDS rounds (`credit`), and new
         neighbours in their first FAIR_ROUNDS rounds (`rounds_idle` counts from whichever is later),
-        so a peer buys at most fair_wait_s of our time per packet it delivered, plus its first rounds. Before: every producer not heard from
-        was waited for, and 3 silent live Sybils made every round 9x slower
-        (bench/redteam_eclipse.py); one delivering every 4th round kept every round 2 s longer (red
+        so a peer buys at most fair_wait_s of our time per packet it delivered, plus its first rounds.
+        Before: every producer not heard from was waited for, and 3 silent live Sybils made every
+        round 9x slower (bench/redteam_eclipse.py); one delivering every 4th round kept every round 2 s longer (red
         team 2, `laggard`). Without the newcomer's rounds, Sybils that deliver first every round
         left a new honest peer's first packet out, and it never earned the wait (crowded out)."""
         producers = [p.peer_id for p in self.transport.peers() if p.produces]
