@@ -17,8 +17,9 @@ node starts once the first has loaded (transformers' loading is not thread-safe)
     python bench/replicate_real.py --device cuda --jobs 15            # claims 1 and 4 first, 5 seeds
     python bench/replicate_real.py --device cpu --rounds 2 --seeds 0 --arms alone f-tis --eval-limit 8  # smoke
     python bench/replicate_real.py --summary                           # tables from the results only
+    python bench/replicate.py --render          # docs/REPLICATION.md, the real-model section included
 
-Results: bench/results/replication_real/<arm>-s<seed>.json (per node: evaluations and the per-round
+Results: bench/results/replication/real/<arm>-s<seed>.json (per node: evaluations and the per-round
 off-policy statistics). Resumable: a run whose JSON exists is skipped. A run cut off by --budget-s
 keeps the evaluations it reached (marked "complete": false).
 """
@@ -38,14 +39,13 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench.replicate import KEEP  # noqa: E402
-from bench.replicate_study import ARMS, REPO  # noqa: E402
+from bench.replicate_study import ARMS, REAL_RESULTS, REAL_ROUNDS, REPO  # noqa: E402
 
-RESULTS = REPO / "bench" / "results" / "replication_real"
 RUNS = REPO / "runs" / "replicate_real"
 MODEL = "smollm2-135m"
 NODES = {"full": {"lr": 1e-5, "lora_r": 0, "index": 1}, "lora": {"lr": 1e-4, "lora_r": 128, "index": 2}}
 # claims 1 (NoIS < alone) and 4 (F-TIS ~ alone) need the most seeds: they run first
-PLAN = [("alone", 5), ("nois", 5), ("f-tis", 5), ("f-nois", 3), ("f-vis", 3)]
+PLAN = [("alone", 8), ("nois", 8), ("f-tis", 8), ("f-nois", 5), ("f-vis", 5)]
 
 
 def overrides(args, node: str, arm: str, seed: int, out: Path) -> list[str]:
@@ -128,6 +128,12 @@ def record(arm: str, seed: int, seconds: float, complete: bool) -> dict | None:
             "seconds": round(seconds, 1), "complete": complete, "nodes": nodes}
 
 
+def device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if device.startswith("cuda") and torch.cuda.is_available() else device
+
+
 def study(args) -> None:
     todo = [(arm, seed) for arm, n in PLAN if arm in args.arms for seed in range(n) if seed in args.seeds
             and not run_path(args.results, arm, seed).exists()]
@@ -135,6 +141,9 @@ def study(args) -> None:
     deadline = time.time() + args.budget_s
     running: dict[tuple[str, int], tuple[subprocess.Popen, float]] = {}
     args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "study.json").write_text(json.dumps({  # where and how, for the report's setup line
+        "device": device_name(args.device), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "command": "python bench/replicate_real.py " + " ".join(sys.argv[1:])}))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     while todo or running:
         while todo and len(running) < args.jobs and time.time() < deadline:
@@ -203,14 +212,14 @@ def summary(results: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
-    p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=REAL_ROUNDS)
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--eval-limit", type=int, default=200)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--arms", nargs="+", default=[a for a, _ in PLAN], choices=[a for a, _ in PLAN])
     p.add_argument("--jobs", type=int, default=2, help="worker processes at once (each holds two nodes)")
     p.add_argument("--budget-s", type=float, default=7200, help="kill what runs after this many seconds")
-    p.add_argument("--results", type=Path, default=RESULTS, help="where each run's JSON goes")
+    p.add_argument("--results", type=Path, default=REAL_RESULTS, help="where each run's JSON goes")
     p.add_argument("--summary", action="store_true", help="only print the tables from the results")
     p.add_argument("--worker", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -1,7 +1,9 @@
-"""Statistics, verdicts and the report of the replication study (docs/REPLICATION.md).
+"""The report of the replication study (docs/REPLICATION.md): the miniature's claims, then the
+real-model study's, each with its verdict, tables, figures and off-policy statistics.
 
-bench/replicate.py runs the arms of the study (bench/replicate_study.py) and then calls `render`
-here; `python bench/replicate.py --render` only redraws the document from the cached per-run JSON.
+bench/replicate.py runs the miniature's arms (bench/replicate_study.py) and then calls `render`
+here; `python bench/replicate.py --render` only redraws the document from the cached per-run JSON
+(bench/results/replication/, the real model's under real/). Numbers and verdicts: bench/replicate_stats.py.
 """
 
 from __future__ import annotations
@@ -11,149 +13,9 @@ import math
 import os
 from pathlib import Path
 
-from bench.replicate_study import DOC, IMG, PAIRS, RUNS, Scale
-
-# ---------------------------------------------------------------------------------- statistics
-DELTA = 0.03  # smallest effect we care about: 3 points of pass@1 (one 500-problem eval is +-2)
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
-
-
-def mean_se(values: list[float]) -> tuple[float, float, int]:
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan, 0
-    mean = sum(values) / n
-    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else math.nan
-    return mean, se, n
-
-
-def ci95(values: list[float]) -> tuple[float, float]:
-    mean, se, n = mean_se(values)
-    half = T95.get(n - 1, 2.0) * se if n > 1 else math.inf
-    return mean - half, mean + half
-
-
-def pct(mean: float, se: float = math.nan, n: int | None = None, signed: bool = False) -> str:
-    if n == 0 or math.isnan(mean):
-        return "not run yet"
-    text = f"{100 * mean:+.1f}" if signed else f"{100 * mean:.1f}"
-    return text + (f" ± {100 * se:.1f}" if not math.isnan(se) else "") + (f" (n={n})" if n is not None else "")
-
-
-# ---------------------------------------------------------------------------------- results
-def load(scale: Scale) -> dict:
-    """{(pair, arm, seed): {node: record}} of every result JSON (alone runs looked up per node)."""
-    found: dict = {}
-    for path in sorted(scale.results.glob("*.json")):
-        if path.name == "warm-ood.json":
-            continue
-        data = json.loads(path.read_text())
-        for rec in data["nodes"]:
-            alone = data["arm"] == "alone"  # an alone run counts for every pair its node is in
-            pairs = [p for p, names in PAIRS.items() if rec["node"] in names] if alone else [data["pair"]]
-            for pair in pairs:
-                found.setdefault((pair, data["arm"], data["seed"]), {})[rec["node"]] = rec
-    return found
-
-
-def values(res: dict, pair: str, arm: str, node: str, key: str = "final") -> dict[int, float]:
-    return {seed: recs[node][key] for (p, a, seed), recs in res.items() if p == pair and a == arm and node in recs}
-
-
-def diffs(res: dict, units: list[tuple[str, str]], arm: str, base: str, key: str = "final") -> list[float]:
-    """Per seed: the mean over `units` (pair, node) of arm - base; only seeds where all are present."""
-    per = [(values(res, p, arm, n, key), values(res, p, base, n, key)) for p, n in units]
-    seeds = set.intersection(*[set(a) & set(b) for a, b in per]) if per else set()
-    return [sum(a[s] - b[s] for a, b in per) / len(per) for s in sorted(seeds)]
-
-
-def mechanism(res: dict, pair: str, arm: str, node: str) -> dict[str, float]:
-    """Per-step means over rounds and seeds of what explains a result (the loss's own metrics)."""
-    rows = [r for (p, a, _), recs in res.items() if p == pair and a == arm and node in recs
-            for r in recs[node]["rows"] if r.get("round", 0) > 0]
-    out = {}
-    for key, how in (("filter/dropped_frac", "mean"), ("is/truncated_frac", "mean"), ("is/ratio_mean", "mean"),
-                     ("is/ratio_min", "min"), ("is/ratio_max", "max"), ("swarm/peer_groups_used", "mean")):
-        vals = [r[key] for r in rows if key in r]
-        summary = {"min": min, "max": max, "mean": lambda v: sum(v) / len(v)}[how]
-        out[key] = summary(vals) if vals else math.nan
-    return out
-
-
-# ---------------------------------------------------------------------------------- claims
-CLAIMS = [  # (number, statement, arms shown (first = baseline), pairs, test, (arm, base) of the effect)
-    (1, "NoIS (peers' samples treated as on-policy) makes both nodes worse than training alone.",
-     ["alone", "nois"], list(PAIRS), "lower", ("nois", "alone")),
-    (2, "Filtering alone (F-NoIS) recovers most of that loss.", ["alone", "nois", "f-nois"], list(PAIRS),
-     "recover", ("f-nois", "nois")),
-    (3, "TIS beats VIS, clearly for the larger model (here F-TIS vs F-VIS, size pair; larger = tiny-m).",
-     ["f-vis", "f-tis"], ["size"], "higher-large", ("f-tis", "f-vis")),
-    (4, "F-TIS reaches the same final accuracy as training alone, and sometimes better out of distribution.",
-     ["alone", "f-tis"], list(PAIRS), "not-worse", ("f-tis", "alone")),
-    (5, "Horizontal collaboration is worse than vertical (F-TIS, size pair).", ["f-tis", "horizontal"], ["size"],
-     "lower", ("horizontal", "f-tis")),
-    (6, "The filter threshold g matters (F-TIS, size pair, g = 5, 10, 50, 100).", ["g5", "g10", "f-tis", "g100"],
-     ["size"], "g", ("g5", "f-tis")),
-]
-
-
-# not a claim of the paper: the same test as claim 4 with the project's open-swarm defaults (issue 26)
-OPEN_CHECK = ("4-open", "The same with the open-swarm defences on (peers' negatives dropped, the plausibility "
-              "check, sign-aware TIS weights: the project's defaults): F-TIS still reaches the same final "
-              "accuracy as training alone.", ["alone", "f-tis", "f-tis-open"], list(PAIRS), "not-worse",
-              ("f-tis-open", "alone"))
-
-
-def verdict(res: dict, claim) -> tuple[str, str]:
-    """(reproduced | not reproduced | inconclusive at this scale | not run yet, the numbers behind it)."""
-    number, _, arms, pairs, test, (arm, base) = claim
-    units = [(p, n) for p in pairs for n in PAIRS[p] if len(diffs(res, [(p, n)], arm, base)) >= 2]
-    units = [u for u in units if all(len(diffs(res, [v], arm, base)) >= 2 for v in units if v[0] == u[0])]
-    d = diffs(res, units, arm, base)
-    if len(d) < 2:
-        return ("not run yet" if not d else "inconclusive at this scale"), f"{len(d)} paired seed(s) of {arm} vs {base}"
-    (m, se, n), (lo, hi) = mean_se(d), ci95(d)
-    run = sorted({p for p, _ in units}, key=list(PAIRS).index)
-    effect = (f"{arm} − {base}: {100 * m:+.1f} ± {100 * se:.1f} points (95% CI {100 * lo:+.1f} .. {100 * hi:+.1f}, "
-              f"{n} seeds, mean over the nodes of {', '.join(run)}"
-              + (f"; {', '.join(p for p in pairs if p not in run)} not run yet)" if len(run) < len(pairs) else ")"))
-    if test == "lower":
-        return ("reproduced" if hi < 0 else "not reproduced" if lo > -DELTA else "inconclusive at this scale"), effect
-    if test == "not-worse":
-        od = diffs(res, units, arm, base, "ood")
-        if len(od) >= 2:
-            per_node = [diffs(res, [u], arm, base, "ood") for u in units]
-            better = sum(ci95(d)[0] > 0 and mean_se(d)[0] >= 0.01 for d in per_node)  # >= 5 problems: near the floor
-            effect += (f"; out of distribution: {100 * mean_se(od)[0]:+.1f} ± {100 * mean_se(od)[1]:.1f} points "
-                       f"(CI {100 * ci95(od)[0]:+.1f} .. {100 * ci95(od)[1]:+.1f}), "
-                       f"better by >= 1 point with CI above 0 on "
-                       f"{better} of {len(units)} nodes")
-        return ("reproduced" if lo > -DELTA else "not reproduced" if hi < 0 else "inconclusive at this scale"), effect
-    if test == "higher-large":
-        dl = diffs(res, [("size", "tiny-m")], arm, base)
-        (ml, sel, _), (lol, hil) = mean_se(dl), ci95(dl)
-        effect += f"; tiny-m alone: {100 * ml:+.1f} ± {100 * sel:.1f} (CI {100 * lol:+.1f} .. {100 * hil:+.1f})"
-        return ("reproduced" if lol > 0 else "not reproduced" if hil < DELTA else "inconclusive at this scale"), effect
-    if test == "recover":
-        harm = diffs(res, units, "nois", "alone")
-        if len(harm) < 2 or ci95(harm)[1] >= 0:
-            return ("inconclusive at this scale",
-                    effect + "; NoIS did no measurable harm here, so there is nothing to recover")
-        share = m / -mean_se(harm)[0]
-        effect += f"; recovers {100 * share:.0f}% of NoIS's loss"
-        return ("reproduced" if lo > 0 and share >= 0.5 else "not reproduced" if hi < -0.5 * mean_se(harm)[0]
-                else "inconclusive at this scale"), effect
-    parts, outside, inside = [], False, True  # test == "g": any g differs from g = 50?
-    for g_arm in ("g5", "g10", "g100"):
-        dg = diffs(res, units, g_arm, "f-tis")
-        if len(dg) < 2:
-            return "not run yet", f"{len(dg)} paired seed(s) of {g_arm} vs g = 50"
-        (mg, seg, _), (lo, hi) = mean_se(dg), ci95(dg)
-        outside |= lo > 0 or hi < 0
-        inside &= lo > -DELTA and hi < DELTA
-        parts.append(f"{g_arm} − g50: {100 * mg:+.1f} ± {100 * seg:.1f} (CI {100 * lo:+.1f} .. {100 * hi:+.1f})")
-    return ("reproduced" if outside else "not reproduced" if inside else "inconclusive at this scale"), "; ".join(parts)
-
+from bench.replicate_stats import (CLAIMS, DELTA, OPEN_CHECK, REAL_CLAIMS, ci95, diffs, load, load_real, mean_se,
+                                   mechanism, pct, values, verdict)
+from bench.replicate_study import DOC, IMG, PAIRS, REAL_PAIRS, REAL_RESULTS, REAL_ROUNDS, RUNS, Scale
 
 
 # ---------------------------------------------------------------------------------- report
@@ -189,12 +51,12 @@ SUFFIX = {"final": "", "early": " early", "ood": " OOD"}
 YLABEL = {"final": "final held-out", "early": "early (1st eval) held-out", "ood": "final OOD"}
 
 
-def _per_node(res: dict, claim) -> str:
+def _per_node(res: dict, claim, nodes: dict = PAIRS) -> str:
     """One line: each node's seed-paired difference of the claim's effect with its 95% interval."""
     _, _, _, pairs, _, (arm, base) = claim
     parts = []
     for p in pairs:
-        for n in PAIRS[p]:
+        for n in nodes[p]:
             d = diffs(res, [(p, n)], arm, base)
             if len(d) >= 2:
                 lo, hi = ci95(d)
@@ -202,14 +64,15 @@ def _per_node(res: dict, claim) -> str:
     return f"Per node, {arm} − {base} (points, 95% CI): " + ("; ".join(parts) or "not run yet") + "."
 
 
-def _rows(res: dict, claim) -> list[str]:
+def _rows(res: dict, claim, nodes: dict = PAIRS, start: str = "warm start") -> list[str]:
     number, _, arms, pairs, _, (_, base) = claim
     keys = ["early", "final", "ood"] if number == 4 else ["final"]
-    head = ["pair", "node", "warm start"] + [f"{a}{SUFFIX[k]}" for k in keys for a in arms]
+    keys = [k for k in keys if any(values(res, p, a, n, k) for p in pairs for n in nodes[p] for a in arms)]
+    head = ["pair", "node", start] + [f"{a}{SUFFIX[k]}" for k in keys for a in arms]
     head += [f"{a} − {base}{SUFFIX[k]} (paired)" for k in keys for a in arms if a != base]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for pair in pairs:
-        for node in PAIRS[pair]:
+        for node in nodes[pair]:
             starts = [v for a in arms for v in values(res, pair, a, node, "start").values()]
             cells = [pair, node, pct(starts[0]) if starts else "not run yet"]
             cells += [pct(*mean_se(list(values(res, pair, a, node, k).values()))) for k in keys for a in arms]
@@ -219,22 +82,24 @@ def _rows(res: dict, claim) -> list[str]:
     return lines
 
 
-def _mechanism_rows(res: dict, claim) -> list[str]:
-    _, _, arms, pairs, _, _ = claim
-    lines = ["| pair | node | arm | filtered | truncated | ratio mean | ratio min | ratio max | peer groups/step |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for pair in pairs:
-        for node in PAIRS[pair]:
-            for arm in arms:
-                m = mechanism(res, pair, arm, node)
-                if all(math.isnan(v) for v in m.values()):
-                    continue
-                f = [f"{m[k]:.3f}" if not math.isnan(m[k]) else "–" for k in m]
-                lines.append(f"| {pair} | {node} | {arm} | " + " | ".join(f) + " |")
+MECHANISM_HEAD = ["| pair | node | arm | filtered | truncated | ratio mean | ratio min | ratio max | peer groups/step |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+
+
+def _mechanism_rows(res: dict, arms: list[str], units: list[tuple[str, str]]) -> list[str]:
+    """One table row per (pair, node) of `units` and arm with metrics: what explains a result."""
+    lines = []
+    for pair, node in units:
+        for arm in arms:
+            m = mechanism(res, pair, arm, node)
+            if all(math.isnan(v) for v in m.values()):
+                continue
+            f = [f"{m[k]:.3f}" if not math.isnan(m[k]) else "–" for k in m]
+            lines.append(f"| {pair} | {node} | {arm} | " + " | ".join(f) + " |")
     return lines
 
 
-def figure(res: dict, claim, path: Path) -> bool:
+def figure(res: dict, claim, path: Path, nodes: dict = PAIRS, start: str = "warm start") -> bool:
     """Bars (mean +- SE, seeds as dots) of final held-out accuracy per node and arm; False if no data."""
     import matplotlib
 
@@ -242,8 +107,9 @@ def figure(res: dict, claim, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     number, _, arms, pairs, _, _ = claim
-    units = [(p, n) for p in pairs for n in PAIRS[p]]
-    keys = ["early", "final", "ood"] if number == 4 else ["final"]
+    units = [(p, n) for p in pairs for n in nodes[p]]
+    keys = [k for k in (["early", "final", "ood"] if number == 4 else ["final"])
+            if any(values(res, p, a, n, k) for p, n in units for a in arms)]
     if not any(values(res, p, a, n) for p, n in units for a in arms):
         return False
     fig, axes = plt.subplots(len(keys), 1, figsize=(max(6.0, 1.4 * len(units) + 2), 3.2 * len(keys)), squeeze=False)
@@ -261,7 +127,7 @@ def figure(res: dict, claim, path: Path) -> bool:
             starts = [v for a in arms for v in values(res, p, a, n, "start").values()]
             if starts and key != "ood":
                 ax.hlines(100 * starts[0], i - 0.45, i + 0.45, colors="k", linestyles="--", lw=1,
-                          label="warm start" if i == 0 else None)
+                          label=start if i == 0 else None)
         ax.set_xticks(range(len(units)), [f"{p}\n{n}" for p, n in units], fontsize=8)
         ax.set_ylabel(f"{YLABEL[key]} pass@1 (%)")
         ax.legend(fontsize=8)
@@ -292,14 +158,17 @@ def render(scale: Scale, quick: bool) -> None:
     summary = (f"In miniature (tiny presets on arith, {seed_count}, {scale.rounds} rounds): "
                + ", ".join(f"{n} {k}" for k, n in count.items() if n) + " of the paper's 6 claims: "
                + "; ".join(f"({c[0]}) {v}" for c, v, _ in verdicts) + ".")
-    out = ["# The paper's claims, re-tested in miniature", "", f"**Summary:** {summary}", "",
+    real_summary, real = ("", []) if quick else real_section(res, img, doc)
+    if real_summary:
+        summary += (f" On a real pretrained model ([below](#on-a-real-pretrained-model-smollm2-135m-instruct-full-"
+                    f"fine-tuning--lora-r--128); SmolLM2-135M, full + LoRA, {REAL_ROUNDS} rounds): {real_summary}.")
+    out = ["# The paper's claims, re-tested in miniature and on a real model", "", f"**Summary:** {summary}", "",
            "Generated by `python bench/replicate.py` from the JSON in `bench/results/replication/` "
            "(`--render` redraws without running anything). " + _SETUP.format(
                rounds=scale.rounds, eval_every=scale.eval_every or scale.rounds, n=scale.eval_limit,
                ood=scale.ood_limit, seeds=", ".join(map(str, seeds)) or "none yet", minutes=minutes,
                delta=100 * DELTA, warm=", ".join(f"{k} {100 * v:.1f}%" for k, v in warm.items())), "",
-           "On a real pretrained model (SmolLM2-135M-Instruct, full fine-tuning + LoRA r = 128, on a lent GPU): "
-           "[REPLICATION_REAL.md](REPLICATION_REAL.md), `bench/replicate_real.py`.", ""]
+           ]
     for claim, v, effect in [*verdicts[:4], (OPEN_CHECK, *verdict(res, OPEN_CHECK)), *verdicts[4:]]:
         number, statement = claim[0], claim[1]
         out += [f"## Claim {number}: {statement}", "", f"**Verdict: {v}.** {effect}.", "", _per_node(res, claim), "",
@@ -307,19 +176,127 @@ def render(scale: Scale, quick: bool) -> None:
         path = img / f"replication_claim{number}.png"
         if figure(res, claim, path):
             out += [f"![claim {number}]({os.path.relpath(path, doc.parent)})", ""]
-        mech = _mechanism_rows(res, claim)
-        if len(mech) > 2:
+        mech = _mechanism_rows(res, claim[2], [(p, n) for p in claim[3] for n in PAIRS[p]])
+        if mech:
             out += ["What explains it (per-step means over rounds and seeds; ratio min/max over all steps):", "",
-                    *mech, ""]
+                    *MECHANISM_HEAD, *mech, ""]
         out += [NOTES[number], ""]
     missing = [f"{p}/{a}/seed {seed}" for p, a in scale.plan for seed in scale.seeds
                if not all(seed in values(res, p, a, n) for n in PAIRS[p])]
     out += ["## Limits of the miniature", "", _LIMITS, "", "## Runs not run yet", "",
             (", ".join(missing) + f". Resume with `python bench/replicate.py` (finished runs are skipped).")
-            if missing else "None: every planned run has its result JSON.", ""]
+            if missing else "None: every planned run has its result JSON.", "", *real]
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text("\n".join(out) + "\n")
     print(f"\n{summary}\nwrote {doc}")
+
+
+# ---------------------------------------------------------------------------------- the real model
+def _same_seed_twice(folder: Path, again: Path) -> list[str]:
+    """Table rows: runs repeated at the same seed in a second batch, pass@1 at the first evaluation
+    after round 0 in each: the run-to-run spread a seed cannot pin on a GPU (non-deterministic kernels)."""
+    first = {(d["arm"], d["seed"]): d for d in (json.loads(p.read_text()) for p in sorted(folder.glob("*-s*.json")))}
+    rows, gaps = [], []
+    for path in sorted(again.glob("*-s*.json")) if again.is_dir() else []:
+        d = json.loads(path.read_text())
+        if (d["arm"], d["seed"]) not in first:
+            continue
+        cells = []
+        for a, b in zip(first[(d["arm"], d["seed"])]["nodes"], d["nodes"]):
+            x, y = a["curve"][1][1], b["curve"][1][1]
+            gaps.append(y - x)
+            cells.append(f"{100 * x:.1f} / {100 * y:.1f}")
+        rows.append(f"| {d['arm']} | {d['seed']} | " + " | ".join(cells) + " |")
+    if len(gaps) < 2:
+        return []
+    sd = math.sqrt(sum(g * g for g in gaps) / len(gaps) / 2)  # one run's spread: Var(x - y) = 2 Var(run)
+    return [f"The same seed run twice (the second batch was cut short by the loan's end, so round 25 only; "
+            f"`{os.path.relpath(again, DOC.parent.parent)}`): pass@1 at round 25, first / second run.", "",
+            "| arm | seed | " + " | ".join(REAL_PAIRS["smollm2"]) + " |", "|---|---:|---:|---:|", *rows, "",
+            f"Mean absolute difference {100 * sum(map(abs, gaps)) / len(gaps):.1f} points, largest "
+            f"{100 * max(map(abs, gaps)):.1f}: one run's own spread is about {100 * sd:.1f} points (standard "
+            f"deviation), against about 2 points of binomial noise in one 500-problem evaluation "
+            f"({len(gaps) // 2} repeated runs). Where two runs of one seed differ, the seed did not pin the run: GPU "
+            f"kernels whose floating-point order varies and, in a swarm, which of the peer's rounds arrives in time. "
+            f"So a seed-paired difference on the GPU carries the spread of two runs: averaged over the two nodes, "
+            f"its 95% interval with 5 seeds is about ± {100 * 2.78 * sd / math.sqrt(5):.0f} points at this "
+            f"spread, wider than the 3-point margin.", ""]
+
+
+def real_section(tiny: dict, img: Path, doc: Path) -> tuple[str, list[str]]:
+    """The real-model study (bench/replicate_real.py), claim by claim beside the miniature's numbers:
+    (its one-line summary, its lines)."""
+    res = load_real(REAL_RESULTS, REAL_ROUNDS)
+    if not res:
+        return "not run yet", ["## On a real pretrained model", "",
+                               "Not run yet: `python bench/replicate_real.py --device cuda`.", ""]
+    verdicts = [(c, *verdict(res, c, REAL_PAIRS)) for c in REAL_CLAIMS]
+    count = {v: sum(x[1] == v for x in verdicts) for v in
+             ("reproduced", "not reproduced", "inconclusive at this scale", "not run yet")}
+    summary = (", ".join(f"{n} {k}" for k, n in count.items() if n) + ": "
+               + "; ".join(f"({c[0]}) {v}" for c, v, _ in verdicts))
+    study = json.loads((REAL_RESULTS / "study.json").read_text()) if (REAL_RESULTS / "study.json").exists() else {}
+    per_arm = {a: len({s for (_, b, s) in res if b == a}) for (_, a, _) in res}
+    out = ["## On a real pretrained model: SmolLM2-135M-Instruct, full fine-tuning + LoRA r = 128", "",
+           _REAL_SETUP.format(rounds=REAL_ROUNDS, seeds="; ".join(f"{a} {n}" for a, n in per_arm.items()),
+                              n=next(iter(next(iter(res.values())).values()))["eval_n"],
+                              device=study.get("device", "a lent GPU"), date=study.get("date", "?"),
+                              minutes=max(json.loads(p.read_text())["seconds"] for p in REAL_RESULTS.glob("*-s*.json"))
+                              / 60),
+           "", "| claim | verdict on the real model | the numbers behind it |", "|---|---|---|",
+           *[f"| {c[0]} | {v} | {e} |" for c, v, e in verdicts], ""]
+    tiny_units = [("trainable", n) for n in PAIRS["trainable"]]
+    for claim, v, effect in verdicts:
+        number = claim[0]
+        if v == "not run yet":
+            out += [f"### Claim {number} (real model): not run yet", "", REAL_NOTES[number], ""]
+            continue
+        out += [f"### Claim {number} (real model): {claim[1]}", "", f"**Verdict: {v}.** {effect}.", "",
+                _per_node(res, claim, REAL_PAIRS), "",
+                f"Held-out pass@1 (%) at round {REAL_ROUNDS}, mean ± standard error over seeds:", "",
+                *_rows(res, claim, REAL_PAIRS, start="round 0"), ""]
+        path = img / f"replication_real_claim{number}.png"
+        if figure(res, claim, path, REAL_PAIRS, start="round 0"):
+            out += [f"![claim {number}, real model]({os.path.relpath(path, doc.parent)})", ""]
+        out += ["Off-policy statistics, real model beside the miniature's trainable pair (full + LoRA, the same "
+                "kind of pair): per-step means over rounds and seeds, ratio min/max over all steps.", "",
+                *MECHANISM_HEAD, *_mechanism_rows(res, claim[2], [("smollm2", n) for n in REAL_PAIRS["smollm2"]]),
+                *_mechanism_rows(tiny, claim[2], tiny_units), "", REAL_NOTES[number], ""]
+    return summary, out + _same_seed_twice(REAL_RESULTS, REAL_RESULTS.parent / "real-cut")
+
+
+_REAL_SETUP = """Generated from `bench/results/replication/real/` (`bench/replicate_real.py`, run on {device},
+{date}; the first run on a lent GPU and the two faults it found: [REPLICATION_REAL.md](REPLICATION_REAL.md)).
+The paper's trainable-parameter pair: one node fine-tunes every weight of SmolLM2-135M-Instruct
+(lr 1e-5), the other trains LoRA r = 128 on q/v (alpha 256, lr 1e-4); no warm start (the instruct
+model is prompted with one worked exchange). Task arith, binary reward, G = 12, T = 1, 24 new
+tokens; a step of 24 sequences (alone: 2 own groups; swarm: 1 own + 1 peer group, vertical);
+C = 2, g = 50; the paper's TIS weights and every peer's negatives (no open-swarm defence), each
+node trusting the other; {rounds} rounds; greedy pass@1 on {n} held-out problems at rounds 0, 25 and
+{rounds}. Both nodes of a run are threads of one process exchanging packets over `MemoryTransport`
+(the libp2p transport's wire format, admission and collect loop, without sockets). All runs at once on
+the one card ({minutes:.1f} min). Paired seeds per arm: {seeds}. Verdict rule and the 3-point margin:
+as above, fixed before these runs. Only runs whose nodes both reached round {rounds} count."""
+
+REAL_NOTES = {
+    1: "Both nodes start from the same weights and stay close: the peer ratio's mean is 1.00, with a few "
+       "tokens per step at the extremes. Even the alone arm's ratios are not exactly 1 (bf16 sampling "
+       "against the training forward). With ratios this close, NoIS and F-TIS are nearly the same loss "
+       "(the TIS weight min(ratio, 2) is about 1 on almost every token and the filter drops about 1 % of "
+       "sequences), and claim 4 shows F-TIS losing to alone too. So what this measures is mostly a cost of "
+       "training on a peer's group in place of a second own group, not of a missing off-policy correction; "
+       "the recorded statistics do not explain that cost.",
+    2: "The filter drops only about 1 % of a step's sequences here (filtered above), so there is little it "
+       "can recover; the interval is as wide as the run-to-run spread below allows with 3 seeds.",
+    3: "VIS and TIS differ only on peer tokens whose ratio leaves [1 - eps, 1 + eps]: a small share here. "
+       "This pair has one model size, so the paper's 'clearly for the larger model' cannot be tested.",
+    4: "The same comparison as claim 1 with the paper's correction on. Out of distribution was not measured "
+       "on the real model (no OOD set was evaluated in these runs).",
+    5: "Horizontal as the paper defines it (every node answers the same prompts and generates a share of "
+       "one group of G) is not built; today's horizontal mode merges two full groups into one of 2G.",
+    6: "The g sweep (5, 10, 50, 100) needs another GPU loan: `python bench/replicate_real.py --device cuda` "
+       "with g arms added to its plan.",
+}
 
 
 _LIMITS = """- The models are tiny character-level transformers (tiny-s 0.11 M parameters) taught the answer

@@ -12,6 +12,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results" / "replication"
 RUNS = REPO / "runs" / "replicate"
+REAL_RESULTS = RESULTS / "real"  # the real-model study (bench/replicate_real.py): one JSON per (arm, seed)
 DOC, IMG = REPO / "docs" / "REPLICATION.md", REPO / "docs" / "img"
 
 TASK = {"digits": 2, "second_digits": 1}  # the demo's task: "What is 48 plus 7?"
@@ -40,6 +41,9 @@ NODES = {n.name: n for n in [
 ]}
 PAIRS = {"size": ("tiny-s", "tiny-m"), "trainable": ("tiny-s", "tiny-s-lora"),
          "expertise": ("tiny-s-plus", "tiny-s-minus")}
+# the real-model study's one pair: SmolLM2-135M-Instruct fully fine-tuned + the same with LoRA r = 128 on q/v
+REAL_PAIRS = {"smollm2": ("full", "lora")}
+REAL_ROUNDS = 50  # the paper's 50 iterations: a real-model run counts for a verdict once both nodes reach it
 # arm -> (loss variant, swarm mode or None for alone, filter threshold g)
 ARMS = {"alone": ("nois", None, 50.0), "nois": ("nois", "vertical", 50.0), "f-nois": ("f-nois", "vertical", 50.0),
         "f-tis": ("f-tis", "vertical", 50.0), "f-vis": ("f-vis", "vertical", 50.0),

@@ -73,6 +73,24 @@ def read_metrics(path: str | Path) -> list[dict]:
     return rows
 
 
+def set_aside(path: str | Path) -> Path | None:
+    """Before a fresh (not resumed) run: move a previous run's metrics file to `<stem>.previous-N<suffix>`
+    so that one file never mixes two runs (each restarting at round 0); where it went, or None."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.previous-{n}{path.suffix}")).exists():
+        n += 1
+    try:
+        path.rename(aside)
+    except OSError as e:
+        raise MetricsError(f"cannot move the previous run's {path} aside: {e.strerror or e}") from None
+    log.warning("%s held a previous run's metrics: moved to %s (pass --resume to continue a run instead)",
+                path, aside.name)
+    return aside
+
+
 def drop_rounds_after(path: str | Path, last_round: int) -> int:
     """Rewrite `path` (atomically) without the rows of rounds > `last_round`; returns how many went."""
     path = Path(path)

@@ -24,7 +24,7 @@ import torch
 from swarm_node import metrics as M
 from swarm_node.config import NodeConfig
 from swarm_node.errors import SwarmNodeError
-from swarm_node.metrics import MetricsWriter, drop_rounds_after, summary_line
+from swarm_node.metrics import MetricsWriter, drop_rounds_after, set_aside, summary_line
 from swarm_node.net import Transport
 from swarm_node.status import StatusFile
 from swarm_node.swarm.admit import Admission, Expectations
@@ -182,6 +182,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
     scorer = policy.scorer(p.task)
     if resume:  # rounds after the checkpoint are trained again: their old rows must not appear twice
         drop_rounds_after(out / "metrics.jsonl", p.first - 1)
+    else:  # a fresh run in a used OUT: one metrics file, one run
+        set_aside(out / "metrics.jsonl")
     buffer = RolloutBuffer(cfg.swarm.max_peer_groups, cfg.swarm.peer_groups_per_own, cfg.swarm.max_peer_share,
                            horizontal=cfg.swarm.mode == "horizontal")
     draws = draws_key(cfg.train.seed, exchange.transport.peer_id if exchange is not None else None)

@@ -41,6 +41,17 @@ def test_resume_continues_without_gaps_or_repeats(tmp_path):
     assert [r["round"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3, 4]
 
 
+def test_a_fresh_run_in_a_used_out_sets_the_old_metrics_aside(tmp_path):
+    """Without --resume, a second run in the same OUT starts a metrics file of its own: rounds 0..N once."""
+    first = run(load_config(None, FAST + ["train.rounds=2", f"out={tmp_path}"]))
+    second = run(load_config(None, FAST + ["train.rounds=1", f"out={tmp_path}"]))
+    assert [r["round"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [r["round"] for r in second] == [0, 1]
+    kept = read_metrics(tmp_path / "metrics.previous-1.jsonl")
+    assert kept == json.loads(json.dumps(first))
+    run(load_config(None, FAST + ["train.rounds=1", f"out={tmp_path}"]))
+    assert (tmp_path / "metrics.previous-2.jsonl").exists()  # never overwrites an older one
+
+
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     """Same prompts, RNG and optimizer state after a resume: identical metrics to a straight run."""
     straight = run(load_config(None, FAST + ["train.rounds=3", f"out={tmp_path / 'a'}"]))
