@@ -106,6 +106,9 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
         # defaults, loss.peer_negative_weight = 0 and the plausibility check, came later)
         sets.update({"loss.C_negative": None, "loss.positive_floor": 0.0, "loss.peer_negative_weight": 1.0,
                      "loss.peer_plausibility_margin": None})
+    if mode == "horizontal":  # the paper's horizontal: both nodes answer the same 2 prompts, each generating
+        # half of every group, so a merged group holds G = 12 and a step the same 24 sequences
+        sets.update({"rollout.group_size": 12 // 2, "rollout.prompts_per_round": 2})
     command = "train"
     if mode is not None:
         command = "join"

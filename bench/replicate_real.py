@@ -45,7 +45,8 @@ RUNS = REPO / "runs" / "replicate_real"
 MODEL = "smollm2-135m"
 NODES = {"full": {"lr": 1e-5, "lora_r": 0, "index": 1}, "lora": {"lr": 1e-4, "lora_r": 128, "index": 2}}
 # claims 1 (NoIS < alone) and 4 (F-TIS ~ alone) need the most seeds: they run first
-PLAN = [("alone", 8), ("nois", 8), ("f-tis", 8), ("f-nois", 5), ("f-vis", 5)]
+PLAN = [("alone", 8), ("nois", 8), ("f-tis", 8), ("f-nois", 5), ("f-vis", 5),
+        ("horizontal", 3), ("g5", 3), ("g10", 3), ("g100", 3)]
 
 
 def overrides(args, node: str, arm: str, seed: int, out: Path) -> list[str]:
@@ -59,6 +60,8 @@ def overrides(args, node: str, arm: str, seed: int, out: Path) -> list[str]:
             "rollout.prompts_per_round": 2 if mode is None else 1,
             "loss.variant": variant, "loss.g": g, "loss.C": 2.0, "loss.C_negative": None, "loss.positive_floor": 0.0,
             "loss.peer_negative_weight": 1.0, "loss.peer_plausibility_margin": None}
+    if mode == "horizontal":  # the paper's: both nodes answer the same 2 prompts, each half of every group
+        sets.update({"rollout.group_size": 12 // 2, "rollout.prompts_per_round": 2})
     if mode is not None:
         sets.update({"swarm.mode": mode, "swarm.run_id": f"real-{arm}-s{seed}", "swarm.peer_groups_per_own": 1.0,
                      "swarm.min_peers": 1, "swarm.deadline_s": 120.0, "swarm.linger_s": 5.0,

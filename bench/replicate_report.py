@@ -35,9 +35,10 @@ NOTES = {  # why a claim may behave differently in miniature; the numbers are in
        "second operand of 10..99 (training never goes above 9), evaluated from each node's final checkpoint "
        "by this script. These models score about 1 % there before and after RL, so 'sometimes better out of "
        "distribution' cannot be resolved at this floor.",
-    5: "Horizontal: both nodes answer the same prompt each round and their groups merge into one group of "
-       "24 completions from two policies (advantages mix both nodes' rewards); vertical: each node answers "
-       "its own prompt and trains on 1 own + 1 peer group.",
+    5: "Horizontal as the paper defines it: both nodes answer the same 2 prompts each round, each generating "
+       "6 of every group's G = 12 completions, and the halves merge into groups of 12 from two policies "
+       "(advantages mix both nodes' rewards), 24 sequences a step; vertical: each node answers its own "
+       "prompt and trains on 1 own + 1 peer group of 12. Both generate 12 completions a round per node.",
     "4-open": "Not one of the paper's claims: the check that the project's defences against poisoning peers "
               "(issue 26) leave honest collaboration intact. f-tis-open is the f-tis arm with loss.C_negative, "
               "loss.positive_floor, loss.peer_negative_weight and loss.peer_plausibility_margin at their "
@@ -292,10 +293,10 @@ REAL_NOTES = {
        "This pair has one model size, so the paper's 'clearly for the larger model' cannot be tested.",
     4: "The same comparison as claim 1 with the paper's correction on. Out of distribution was not measured "
        "on the real model (no OOD set was evaluated in these runs).",
-    5: "Horizontal as the paper defines it (every node answers the same prompts and generates a share of "
-       "one group of G) is not built; today's horizontal mode merges two full groups into one of 2G.",
-    6: "The g sweep (5, 10, 50, 100) needs another GPU loan: `python bench/replicate_real.py --device cuda` "
-       "with g arms added to its plan.",
+    5: "Planned for the next GPU loan (`python bench/replicate_real.py --device cuda`, 3 seeds), with "
+       "horizontal as the paper defines it, as in the miniature above.",
+    6: "Planned for the next GPU loan (`python bench/replicate_real.py --device cuda`: g = 5, 10, 100 beside "
+       "F-TIS's g = 50, 3 seeds).",
 }
 
 

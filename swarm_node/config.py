@@ -215,7 +215,8 @@ class SwarmConfig:
     run_id: str = "swarm-node"
     """Swarm namespace: nodes ignore records and packets of other runs."""
     mode: str = "vertical"
-    """vertical: each node answers its own prompts (paper default) | horizontal: all answer the same prompts."""
+    """vertical: each node answers its own prompts (paper default) | horizontal: all answer the same prompts
+    and their groups merge per prompt (the paper's horizontal with N nodes: rollout.group_size = G / N)."""
     prompts: str = "tokens"
     """tokens: packets carry prompt token ids | sha256: a 32-byte digest of them, receivers render the prompt (SPEC 14.6)."""
     min_peers: int = 1
