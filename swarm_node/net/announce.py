@@ -413,7 +413,13 @@ class Mesh:
         idle = self.idle(now)
         gone = [p for p in idle if not self.neighbors[p].score.outbound or self._never_delivered(p)]
         gone += [p for p in idle if p not in gone][:waiting]
-        for p in gone:
+        starving = self.starving()
+        for p in gone:  # what the verdict read, so that an eviction can be explained from the log alone
+            sc = self.neighbors[p].score
+            logger.info("idle neighbor %s: our round %d; joined %d, last credited %d, last alive %d; %.0f s since; "
+                        "%d credits; %s%s", p, self.round, sc.since_round, sc.credited_round, sc.alive_round,
+                        now - max(sc.since_t, sc.credited_t, sc.alive_t), sc.credits,
+                        "outbound" if sc.outbound else "inbound", "; starving" if starving else "")
             self._bench(p, now)
         if gone:
             logger.info("%d idle neighbor(s) lost their slot: %s", len(gone), ", ".join(gone))
