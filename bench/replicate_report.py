@@ -15,7 +15,8 @@ from pathlib import Path
 
 from bench.replicate_stats import (CLAIMS, DELTA, OPEN_CHECK, REAL_CLAIMS, ci95, diffs, load, load_real, mean_se,
                                    mechanism, pct, values, verdict)
-from bench.replicate_study import DOC, IMG, PAIRS, REAL_PAIRS, REAL_RESULTS, REAL_ROUNDS, RUNS, Scale
+from bench.replicate_study import (DOC, IMG, PAIRS, REAL_FOLDERS, REAL_PAIRS, REAL_ROUNDS, REAL_WARM_STEPS, RUNS,
+                                   Scale)
 
 
 # ---------------------------------------------------------------------------------- report
@@ -108,7 +109,7 @@ def figure(res: dict, claim, path: Path, nodes: dict = PAIRS, start: str = "warm
     import matplotlib.pyplot as plt
 
     number, _, arms, pairs, _, _ = claim
-    units = [(p, n) for p in pairs for n in nodes[p]]
+    units = [(p, n) for p in pairs for n in nodes[p] if any(values(res, p, a, n) for a in arms)]
     keys = [k for k in (["early", "final", "ood"] if number == 4 else ["final"])
             if any(values(res, p, a, n, k) for p, n in units for a in arms)]
     if not any(values(res, p, a, n) for p, n in units for a in arms):
@@ -227,7 +228,7 @@ def _same_seed_twice(folder: Path, again: Path) -> list[str]:
 def real_section(tiny: dict, img: Path, doc: Path) -> tuple[str, list[str]]:
     """The real-model study (bench/replicate_real.py), claim by claim beside the miniature's numbers:
     (its one-line summary, its lines)."""
-    res = load_real(REAL_RESULTS, REAL_ROUNDS)
+    res = {k: v for pair, folder in REAL_FOLDERS.items() for k, v in load_real(folder, REAL_ROUNDS, pair).items()}
     if not res:
         return "not run yet", ["## On a real pretrained model", "",
                                "Not run yet: `python bench/replicate_real.py --device cuda`.", ""]
@@ -236,13 +237,16 @@ def real_section(tiny: dict, img: Path, doc: Path) -> tuple[str, list[str]]:
              ("reproduced", "not reproduced", "inconclusive at this scale", "not run yet")}
     summary = (", ".join(f"{n} {k}" for k, n in count.items() if n) + ": "
                + "; ".join(f"({c[0]}) {v}" for c, v, _ in verdicts))
-    study = json.loads((REAL_RESULTS / "study.json").read_text()) if (REAL_RESULTS / "study.json").exists() else {}
+    first = REAL_FOLDERS["smollm2"]
+    study = json.loads((first / "study.json").read_text()) if (first / "study.json").exists() else {}
     per_arm = {a: len({s for (_, b, s) in res if b == a}) for (_, a, _) in res}
     out = ["## On a real pretrained model: SmolLM2-135M-Instruct, full fine-tuning + LoRA r = 128", "",
            _REAL_SETUP.format(rounds=REAL_ROUNDS, seeds="; ".join(f"{a} {n}" for a, n in per_arm.items()),
                               n=next(iter(next(iter(res.values())).values()))["eval_n"],
                               device=study.get("device", "a lent GPU"), date=study.get("date", "?"),
-                              minutes=max(json.loads(p.read_text())["seconds"] for p in REAL_RESULTS.glob("*-s*.json"))
+                              warm=REAL_WARM_STEPS, expertise=f"{n} runs" if (n := sum(k[0] == "smollm2-expertise" for k in res)) else
+                              "not run yet (`--pair smollm2-expertise`)",
+                              minutes=max(json.loads(p.read_text())["seconds"] for p in first.glob("*-s*.json"))
                               / 60),
            "", "| claim | verdict on the real model | the numbers behind it |", "|---|---|---|",
            *[f"| {c[0]} | {v} | {e} |" for c, v, e in verdicts], ""]
@@ -261,16 +265,18 @@ def real_section(tiny: dict, img: Path, doc: Path) -> tuple[str, list[str]]:
             out += [f"![claim {number}, real model]({os.path.relpath(path, doc.parent)})", ""]
         out += ["Off-policy statistics, real model beside the miniature's trainable pair (full + LoRA, the same "
                 "kind of pair): per-step means over rounds and seeds, ratio min/max over all steps.", "",
-                *MECHANISM_HEAD, *_mechanism_rows(res, claim[2], [("smollm2", n) for n in REAL_PAIRS["smollm2"]]),
+                *MECHANISM_HEAD, *_mechanism_rows(res, claim[2], [(p, n) for p in REAL_PAIRS for n in REAL_PAIRS[p]]),
                 *_mechanism_rows(tiny, claim[2], tiny_units), "", REAL_NOTES[number], ""]
-    return summary, out + _same_seed_twice(REAL_RESULTS, REAL_RESULTS.parent / "real-cut")
+    return summary, out + _same_seed_twice(first, first.parent / "real-cut")
 
 
 _REAL_SETUP = """Generated from `bench/results/replication/real/` (`bench/replicate_real.py`, run on {device},
 {date}; the first run on a lent GPU and the two faults it found: [REPLICATION_REAL.md](REPLICATION_REAL.md)).
-The paper's trainable-parameter pair: one node fine-tunes every weight of SmolLM2-135M-Instruct
+The paper's trainable-parameter pair (smollm2): one node fine-tunes every weight of SmolLM2-135M-Instruct
 (lr 1e-5), the other trains LoRA r = 128 on q/v (alpha 256, lr 1e-4); no warm start (the instruct
-model is prompted with one worked exchange). Task arith, binary reward, G = 12, T = 1, 24 new
+model is prompted with one worked exchange). The expertise pair (smollm2-expertise: two full
+fine-tunes, each first given {warm} supervised steps on addition only or on subtraction only, then
+RL on both): {expertise}. Task arith, binary reward, G = 12, T = 1, 24 new
 tokens; a step of 24 sequences (alone: 2 own groups; swarm: 1 own + 1 peer group, vertical);
 C = 2, g = 50; the paper's TIS weights and every peer's negatives (no open-swarm defence), each
 node trusting the other; {rounds} rounds; greedy pass@1 on {n} held-out problems at rounds 0, 25 and

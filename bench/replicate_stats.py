@@ -57,11 +57,10 @@ def load(scale: Scale) -> dict:
     return found
 
 
-def load_real(folder: Path, rounds: int) -> dict:
-    """The real-model study's runs in load()'s shape, {("smollm2", arm, seed): {node: record}}; only
+def load_real(folder: Path, rounds: int, pair: str) -> dict:
+    """The real-model study's runs of `pair` in load()'s shape, {(pair, arm, seed): {node: record}}; only
     runs whose every node reached round `rounds` ("final" is that evaluation, "early" the first after 0)."""
-    (pair, names), = REAL_PAIRS.items()
-    found: dict = {}
+    names, found = REAL_PAIRS[pair], {}
     for path in sorted(folder.glob("*-s*.json")):
         data = json.loads(path.read_text())
         if all(n["final_round"] == rounds for n in data["nodes"]) and [n["node"] for n in data["nodes"]] == list(names):

@@ -12,7 +12,6 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results" / "replication"
 RUNS = REPO / "runs" / "replicate"
-REAL_RESULTS = RESULTS / "real"  # the real-model study (bench/replicate_real.py): one JSON per (arm, seed)
 DOC, IMG = REPO / "docs" / "REPLICATION.md", REPO / "docs" / "img"
 
 TASK = {"digits": 2, "second_digits": 1}  # the demo's task: "What is 48 plus 7?"
@@ -41,8 +40,12 @@ NODES = {n.name: n for n in [
 ]}
 PAIRS = {"size": ("tiny-s", "tiny-m"), "trainable": ("tiny-s", "tiny-s-lora"),
          "expertise": ("tiny-s-plus", "tiny-s-minus")}
-# the real-model study's one pair: SmolLM2-135M-Instruct fully fine-tuned + the same with LoRA r = 128 on q/v
-REAL_PAIRS = {"smollm2": ("full", "lora")}
+# the real-model study's pairs (bench/replicate_real.py): SmolLM2-135M-Instruct fully fine-tuned + the
+# same with LoRA r = 128 on q/v (the paper's trainable pair); two full fine-tunes warm-started on
+# addition only and on subtraction only (an expertise pair). Each pair's runs: one JSON per (arm, seed)
+REAL_PAIRS = {"smollm2": ("full", "lora"), "smollm2-expertise": ("plus", "minus")}
+REAL_FOLDERS = {"smollm2": RESULTS / "real", "smollm2-expertise": RESULTS / "real-expertise"}
+REAL_WARM_STEPS = 100  # the expertise pair's supervised steps on its one operation, before RL on both
 REAL_ROUNDS = 50  # the paper's 50 iterations: a real-model run counts for a verdict once both nodes reach it
 # arm -> (loss variant, swarm mode or None for alone, filter threshold g)
 ARMS = {"alone": ("nois", None, 50.0), "nois": ("nois", "vertical", 50.0), "f-nois": ("f-nois", "vertical", 50.0),
