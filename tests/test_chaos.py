@@ -90,3 +90,26 @@ def test_an_eviction_past_midnight_is_dated_the_next_day(tmp_path):
         nodes.append(SimpleNamespace(name=name, out=tmp_path / name, lives=[{"peer_id": pid}]))
     lost = honest_peers_lost(nodes, [{"fault": "kill", "node": "n1", "t": t0, "t_end": t0 + 5}])
     assert lost["evicted"] == [("n0", "n1", "00:00:20")] and lost["evicted_outside_faults"] == []
+
+
+def test_an_eviction_of_a_peer_that_finished_its_run_is_not_a_loss(tmp_path):
+    """A node that logged its last packet "before leaving" delivers nothing more: a peer still in its
+    last rounds evicts it as idle (seen in CI, 3 s after). That is not an honest peer lost; an
+    eviction of it before it left still is."""
+    from types import SimpleNamespace
+
+    from swarm_node.harness.node_logs import honest_peers_lost
+
+    t0 = time.mktime(time.strptime("2026-11-27 03:50:00", "%Y-%m-%d %H:%M:%S"))
+    nodes = []
+    for name, pid, lines in (("n1", "QmB", ["03:55:10 INFO swarm_node.net.announce: 1 idle neighbor(s) lost their slot: QmA",
+                                            "03:55:35 INFO swarm_node.net.announce: 1 idle neighbor(s) lost their slot: QmA"]),
+                             ("n0", "QmA", ["03:55:32 INFO swarm_node.node: round 75 | reward 0.00",
+                                            "03:55:32 INFO swarm_node.swarm.exchange: serving our last packet for 3 s "
+                                            "before leaving"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "node.log").write_text("\n".join(lines) + "\n")
+        nodes.append(SimpleNamespace(name=name, out=tmp_path / name, lives=[{"peer_id": pid}]))
+    lost = honest_peers_lost(nodes, [{"fault": "kill", "node": "n2", "t": t0, "t_end": t0 + 5}])
+    assert lost["evicted"] == [("n1", "n0", "03:55:10"), ("n1", "n0", "03:55:35")]
+    assert lost["evicted_outside_faults"] == [("n1", "n0", "03:55:10")]
