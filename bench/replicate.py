@@ -42,8 +42,8 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench.replicate_report import render  # noqa: E402
-from bench.replicate_study import (ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, OPEN_ARM, PAIRS, QUICK, REPO, RUNS,  # noqa: E402
-                                   TASK, WARM_STEPS, Node, Scale)
+from bench.replicate_study import (ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, OPEN_ARM, PAIRS, PAPER_HORIZONTAL,  # noqa: E402
+                                   QUICK, REPO, RUNS, TASK, WARM_STEPS, G, Node, Scale)
 from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, swarm_node_argv  # noqa: E402
 
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
@@ -96,7 +96,7 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
             "train.lr": node.lr, "train.seed": 100 * seed + node.index, "train.warmstart_steps": 0,
             "train.rounds": scale.rounds, "train.eval_every": scale.eval_every, "train.checkpoint_every": 0,
             "task.name": "arith", "task.options": TASK, "task.eval_limit": scale.eval_limit,
-            "rollout.group_size": 12, "rollout.max_new_tokens": MAX_NEW_TOKENS,
+            "rollout.group_size": G, "rollout.max_new_tokens": MAX_NEW_TOKENS,
             # the paper's batch of 24: alone, 2 own groups; in a swarm, 1 own + 1 peer group
             "rollout.prompts_per_round": 2 if mode is None else 1,
             "loss.variant": variant, "loss.g": g, "loss.C": 2.0}
@@ -106,9 +106,8 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
         # defaults, loss.peer_negative_weight = 0 and the plausibility check, came later)
         sets.update({"loss.C_negative": None, "loss.positive_floor": 0.0, "loss.peer_negative_weight": 1.0,
                      "loss.peer_plausibility_margin": None})
-    if mode == "horizontal":  # the paper's horizontal: both nodes answer the same 2 prompts, each generating
-        # half of every group, so a merged group holds G = 12 and a step the same 24 sequences
-        sets.update({"rollout.group_size": 12 // 2, "rollout.prompts_per_round": 2})
+    if mode == "horizontal":
+        sets.update(PAPER_HORIZONTAL)
     command = "train"
     if mode is not None:
         command = "join"

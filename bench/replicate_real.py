@@ -46,7 +46,8 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench.replicate import KEEP  # noqa: E402
-from bench.replicate_study import ARMS, REAL_FOLDERS, REAL_PAIRS, REAL_ROUNDS, REAL_WARM_STEPS, REPO  # noqa: E402
+from bench.replicate_study import (ARMS, PAPER_HORIZONTAL, REAL_FOLDERS, REAL_PAIRS, REAL_ROUNDS,  # noqa: E402
+                                   REAL_WARM_STEPS, REPO, G)
 
 RUNS = REPO / "runs" / "replicate_real"
 MODEL = "smollm2-135m"
@@ -68,12 +69,12 @@ def overrides(args, node: str, arm: str, seed: int, out: Path, model: str = MODE
             "model.lora_r": spec["lora_r"], "train.lr": spec["lr"], "train.seed": 100 * seed + spec["index"],
             "train.rounds": args.rounds, "train.eval_every": args.eval_every, "train.checkpoint_every": 0,
             "train.warmstart_steps": 0, "task.name": "arith", "task.eval_limit": args.eval_limit,
-            "rollout.group_size": 12, "rollout.max_new_tokens": 24, "rollout.temperature": 1.0,
+            "rollout.group_size": G, "rollout.max_new_tokens": 24, "rollout.temperature": 1.0,
             "rollout.prompts_per_round": 2 if mode is None else 1,
             "loss.variant": variant, "loss.g": g, "loss.C": 2.0, "loss.C_negative": None, "loss.positive_floor": 0.0,
             "loss.peer_negative_weight": 1.0, "loss.peer_plausibility_margin": None}
-    if mode == "horizontal":  # the paper's: both nodes answer the same 2 prompts, each half of every group
-        sets.update({"rollout.group_size": 12 // 2, "rollout.prompts_per_round": 2})
+    if mode == "horizontal":
+        sets.update(PAPER_HORIZONTAL)
     if mode is not None:
         sets.update({"swarm.mode": mode, "swarm.run_id": f"real-{arm}-s{seed}", "swarm.peer_groups_per_own": 1.0,
                      "swarm.min_peers": 1, "swarm.deadline_s": 120.0, "swarm.linger_s": 5.0,

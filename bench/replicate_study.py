@@ -47,6 +47,10 @@ REAL_PAIRS = {"smollm2": ("full", "lora"), "smollm2-expertise": ("plus", "minus"
 REAL_FOLDERS = {"smollm2": RESULTS / "real", "smollm2-expertise": RESULTS / "real-expertise"}
 REAL_WARM_STEPS = 100  # the expertise pair's supervised steps on its one operation, before RL on both
 REAL_ROUNDS = 50  # the paper's 50 iterations: a real-model run counts for a verdict once both nodes reach it
+G = 12  # the paper's group size
+# the paper's horizontal with two nodes: both answer the same 2 prompts, each generating half of every
+# group, so a merged group holds G and a step the same 24 sequences as vertical (1 own + 1 peer group)
+PAPER_HORIZONTAL = {"rollout.group_size": G // 2, "rollout.prompts_per_round": 2}
 # arm -> (loss variant, swarm mode or None for alone, filter threshold g)
 ARMS = {"alone": ("nois", None, 50.0), "nois": ("nois", "vertical", 50.0), "f-nois": ("f-nois", "vertical", 50.0),
         "f-tis": ("f-tis", "vertical", 50.0), "f-vis": ("f-vis", "vertical", 50.0),
