@@ -18,9 +18,10 @@ def honest_peers_lost(nodes: list, events: list[dict]) -> dict:
     windows = [(e["node"], e["t"], e.get("t_end", e["t"]) + FAULT_GRACE_S) for e in events]
     evicted, outside, graylisted = [], [], []
     start = min((e["t"] for e in events), default=time.time())
+    day = time.strftime("%Y-%m-%d", time.localtime(start))
     logs = {n.name: (n.out / "node.log").read_text(errors="replace").splitlines() for n in nodes}
     for name, lines in logs.items():
-        left = [t for line in lines if "before leaving" in line and (t := _when(line, start)) is not None]
+        left = [t for line in lines if "before leaving" in line and (t := _when(line, day, start)) is not None]
         if left:
             windows.append((name, left[-1], float("inf")))
     for n in nodes:
@@ -31,7 +32,7 @@ def honest_peers_lost(nodes: list, events: list[dict]) -> dict:
                 ids, kind = [line.split("peer ", 1)[1].split()[0]], graylisted
             else:
                 continue
-            t = _when(line, start)
+            t = _when(line, day, start)
             if t is None:
                 continue
             for pid in (i.strip() for i in ids):
@@ -44,12 +45,11 @@ def honest_peers_lost(nodes: list, events: list[dict]) -> dict:
     return {"evicted": evicted, "evicted_outside_faults": outside, "graylisted": graylisted}
 
 
-def _when(line: str, start: float) -> float | None:
-    """The time of a log line (HH:MM:SS, local time) on the run's clock: the day the run started, or
-    the next one past midnight (a run is far shorter than 12 h); None if the line has no time."""
+def _when(line: str, day: str, start: float) -> float | None:
+    """The time of a log line (HH:MM:SS, local time) on the run's clock: `day`, the day the run started
+    at `start`, or the next one past midnight (a run is far shorter than 12 h); None if it has no time."""
     try:
-        t = time.mktime(time.strptime(time.strftime("%Y-%m-%d", time.localtime(start)) + f" {line[:8]}",
-                                      "%Y-%m-%d %H:%M:%S"))
+        t = time.mktime(time.strptime(f"{day} {line[:8]}", "%Y-%m-%d %H:%M:%S"))
     except ValueError:
         return None
     return t + 86400 * (t < start - 43200)
