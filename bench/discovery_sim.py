@@ -40,7 +40,8 @@ import base58
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench import _common as C  # noqa: E402
-from swarm_node.net.announce import Mesh, MeshParams
+from swarm_node.net.announce import Mesh
+from swarm_node.net.scores import MeshParams
 from swarm_node.net.records import frame_size
 from swarm_node.net.records import MEMBER_BUCKETS
 

@@ -1,6 +1,7 @@
 """Issue 27's eclipse campaign with real processes: live Sybils (swarm_node/harness/sybils.py) against an
-honest pair V + H, both join orders, several trials, beside no-attack baselines; `--kind wrongkeep`: Sybils
-that deliver valid packets of all-wrong groups instead (red team 2).
+honest pair V + H, both join orders, several trials, beside no-attack baselines; `--kind liar`: Sybils that
+offer made-up packets (a producer's look, until fetched); `--kind wrongkeep`: Sybils that deliver valid
+packets of all-wrong groups instead (red team 2).
 
 Every node is a real `swarm-node join` process on 127.0.0.1 at the project defaults for tiny-s
 (harness/poisoner.victim_args: 16 prompts a round, G = 12, deadline 20 s), and the Sybils are one
@@ -10,7 +11,8 @@ process holding k libp2p hosts that announce degree 0, take everyone, never prun
   order honest-first   V starts, H joins, then the Sybils join V
 
 Per trial, from V's log, metrics and status.json (polled twice a second): the share of V's rounds
-(2 .. end) in which V trained on H's groups, V's median round time, whether V and H
+(2 .. end) in which V trained on H's groups, and of those V began while H had a packet to give (after H's
+first round ended: 64 Sybils take V's first ~4 rounds to start; before H's last did), V's median round time, whether V and H
 were ever out of each other's neighbours after they first linked, and the most consecutive rounds
 any Sybil held a slot at V. The baseline row is the same pair without Sybils.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -34,6 +37,7 @@ if not __package__:  # run as `python bench/x.py`: import `bench` as a package f
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
 from bench._common import load_runs  # noqa: E402
+from bench.redteam_network import pinned  # noqa: E402
 from swarm_node.harness.process import NodeProcess  # noqa: E402
 from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
@@ -66,35 +70,46 @@ def longest_run(rounds: dict[int, list[str]], peer: str) -> int:
     return best
 
 
-def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty") -> dict:
+def round_ends(log: str) -> dict[int, float]:
+    """Each round's end, in seconds of the day, from a node's log ("HH:MM:SS ... round N | ...")."""
+    ends = {}
+    for m in re.finditer(r"^(\d\d):(\d\d):(\d\d) INFO swarm_node.node: round (\d+) \|", log, re.M):
+        ends[int(m.group(4))] = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+    return ends
+
+
+def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty", pin: bool = False) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
     run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
+    n = os.cpu_count() or 1  # pinned: V and H on all cores but the last, the Sybils (and their p2pd) on the last
+    honest_cores, sybil_cores = (f"0-{max(0, n - 2)}", str(n - 1)) if pin and n > 1 else (None, None)
     try:
         v = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
-        procs.append(v.start())
+        procs.append(pinned(v, honest_cores).start())
         watch = Watch(tmp / "victim")
         sybil_ids: list[str] = []
 
         def sybils() -> None:
-            if kind == "empty":  # k hosts in one process that never deliver
+            if kind in ("empty", "liar"):  # k hosts in one process that never deliver (liar: offer made-up packets)
                 s = NodeProcess([sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(k), "--peers",
                                  v.address(), "--run-id", run, "--model", model, "--seconds", "1500",
-                                 "--summary", str(tmp / "sybils.json")], log=tmp / "sybils.log")
-                procs.append(s.start())
+                                 "--summary", str(tmp / "sybils.json"), *(["--lie"] if kind == "liar" else [])],
+                                log=tmp / "sybils.log")
+                procs.append(pinned(s, sybil_cores).start())
                 sybil_ids.extend(s.wait_line("SYBILS ", 300).split()[1:])
             else:  # k poisoner processes that deliver valid packets of `kind` (wrongkeep: all-wrong groups)
                 evils = [NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
                                       v.address(), "--run-id", run, "--model", model, "--groups", "16",
                                       "--seconds", "1500", "--seed", str(10 * seed + i)], log=tmp / f"sybil{i}.log")
                          for i in range(k)]
-                procs.extend(e.start() for e in evils)
+                procs.extend(pinned(e, sybil_cores).start() for e in evils)
                 sybil_ids.extend(e.wait_line("ATTACKER ", 300).split()[1] for e in evils)
             time.sleep(5)  # let them dial V and take its slots
 
         def honest() -> NodeProcess:
             h = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
                                   "--peers", v.address()], tmp / "honest")
-            procs.append(h.start())
+            procs.append(pinned(h, honest_cores).start())
             return h
 
         if k and order == "sybils-first":
@@ -115,16 +130,26 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         log = (tmp / "victim" / "node.log").read_text()
         with_h = {int(m.group(1)) for m in re.finditer(r"round (\d+) trains on peer groups (\{[^}]*\})", log)
                   if h_id in m.group(2)}
-        return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds,
+        # the rounds V began while H had a packet to give: after H's first round ended, before its last did
+        h_ends, v_ends = round_ends((tmp / "honest" / "node.log").read_text()), round_ends(log)
+        h_first, h_last = h_ends.get(1, float("inf")), max(h_ends.values(), default=0)
+        after_h = [r for r in v_rows if h_first <= v_ends.get(r["round"] - 1, -1) < h_last]
+        # V and H apart after they first linked, while H still ran (H leaves when its last round is done)
+        unlinked_after = [r for r in unlinked_after if v_ends.get(r - 1, 0) < h_last]
+        return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds, "pinned": pin,
                 "honest_delivery": sum(r["round"] in with_h for r in v_rows) / len(v_rows),
+                "honest_delivery_after_h": sum(r["round"] in with_h for r in after_h) / max(1, len(after_h)),
+                "rounds_after_h": len(after_h),
+                "median_round_after_h_s": statistics.median(r["time/round_s"] for r in after_h) if after_h else None,
                 "median_round_s": statistics.median(r["time/round_s"] for r in v_rows),
                 "first_linked_round": linked[0] if linked else None, "unlinked_rounds_after_link": unlinked_after,
                 "sybil_longest_slot_rounds": max((longest_run(seen, s) for s in sybil_ids), default=0),
+                "sybil_longest_slot_id": max(sybil_ids, key=lambda s: longest_run(seen, s), default=None),
                 "sybil_slot_rounds_total": sum(s in seen[r] for r in seen for s in sybil_ids),
                 "rounds_watched": len(seen), "neighbors_evicted": sum(r.get("swarm/neighbors_evicted", 0) for r in v_rows),
                 "peers_graylisted": sum(r.get("swarm/peers_graylisted", 0) for r in v_rows),
                 "victim_acc": [v.rows()[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]] if v_rows else None,
-                "wall_s": round(time.time() - t0, 1)}
+                "wall_s": round(time.time() - t0, 1), "work": str(tmp)}
     finally:
         for p in procs:
             p.kill()
@@ -132,14 +157,22 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| Sybils | kind | order | trials | honest packets in V's rounds (min) | median round s (max) | "
-             "V-H unlinked after linking | longest Sybil slot, rounds (max) |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| Sybils | kind | order | trials | honest packets in V's rounds (min) | ... in V's rounds after H's first "
+             "(min) | median round s (max) | ... after H's first (max) | V-H unlinked after linking | longest Sybil slot, "
+             "rounds (max) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"]), []).append(r)
-    for (k, kind, order), rs in sorted(groups.items()):
-        lines.append(f"| {k} | {kind} | {order if k else '-'} | {len(rs)} | "
-                     f"{min(r['honest_delivery'] for r in rs):.2f} | {max(r['median_round_s'] for r in rs):.2f} | "
+        groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"], r.get("pinned", False)),
+                          []).append(r)
+    def worst(rs: list[dict], key: str, pick) -> str:  # "-" where a run did not record `key` (older runs)
+        vals = [r.get(key) for r in rs]
+        return "-" if None in vals else f"{pick(vals):.2f}"
+    for (k, kind, order, pin), rs in sorted(groups.items()):
+        lines.append(f"| {k} | {kind}{' (pinned)' if pin else ''} | {order if k else '-'} | {len(rs)} | "
+                     f"{min(r['honest_delivery'] for r in rs):.2f} | "
+                     f"{worst(rs, 'honest_delivery_after_h', min)} | "
+                     f"{max(r['median_round_s'] for r in rs):.2f} | "
+                     f"{worst(rs, 'median_round_after_h_s', max)} | "
                      f"{sum(len(r['unlinked_rounds_after_link']) for r in rs)} | "
                      f"{max(r['sybil_longest_slot_rounds'] for r in rs)} |")
     return "\n".join(lines)
@@ -150,9 +183,12 @@ def main() -> int:
     ap.add_argument("--k", nargs="+", type=int, default=[6, 16])
     ap.add_argument("--orders", nargs="+", default=["sybils-first", "honest-first"])
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--kind", default="empty", help="empty (never deliver) or a poisoner kind that delivers (wrongkeep)")
+    ap.add_argument("--kind", default="empty", help="empty (never deliver), liar (offer packets nobody serves) or "
+                                                     "a poisoner kind that delivers (wrongkeep)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--pin", action="store_true", help="V and H on all cores but the last, the Sybils on the last: "
+                                                       "what the attack costs V, not the CPU its daemons take")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args()
     path = Path(args.results)
@@ -163,11 +199,10 @@ def main() -> int:
     cells = [(0, "none", s) for s in range(args.trials)]
     cells += [(k, o, s) for s in range(args.trials) for k in args.k for o in args.orders]
     for k, order, seed in cells:
-        if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"]) == (k, args.kind if k else "empty",
-                                                                                    order, seed, args.rounds)
-               for r in load_runs(path)):
+        if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"], r.get("pinned", False)) ==
+               (k, args.kind if k else "empty", order, seed, args.rounds, args.pin) for r in load_runs(path)):
             continue
-        res = trial(k, order, seed, args.rounds, model, args.kind if k else "empty")
+        res = trial(k, order, seed, args.rounds, model, args.kind if k else "empty", args.pin)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"runs": load_runs(path) + [res]}, indent=1) + "\n")
         print(f"{time.strftime('%H:%M:%S')} k={k} {order} seed {seed}: delivery {res['honest_delivery']:.2f}, "

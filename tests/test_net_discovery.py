@@ -17,7 +17,8 @@ import pytest
 from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
 from swarm_node.net import SwarmError
-from swarm_node.net.announce import ISOLATED_RETRY_S, MAX_RETRY_S, Mesh, MeshParams, fanout
+from swarm_node.net.announce import ISOLATED_RETRY_S, MAX_RETRY_S, Mesh
+from swarm_node.net.scores import MeshParams, fanout
 from swarm_node.net.discovery import (MEMBER_TARGET, MemberDirectory, RecordValidator, parse_initial_peers,
                                       write_probability)
 from swarm_node.net.driver import MeshDriver, OldVersion

@@ -14,8 +14,8 @@ import pytest
 
 from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
-from swarm_node.net.announce import STARVING_BENCH_S, Mesh, MeshParams
-from swarm_node.net.scores import subnet_of
+from swarm_node.net.announce import STARVING_BENCH_S, Mesh
+from swarm_node.net.scores import MeshParams, subnet_of
 from swarm_node.status import read_status
 
 ADDR = ["/ip4/127.0.0.1/tcp/1"]
@@ -23,9 +23,10 @@ SYBILS = [f"QmSybiA{i}" for i in range(1, 7)]
 IDLE_ROUNDS = 3
 
 
-def _ann(round_=1, peers=(), degree=0):
+def _ann(round_=1, peers=(), degree=0, offers=()):
     return {"run_id": "r", "seq": round_, "degree": degree, "model_id": "m", "tokenizer": "t", "protocol": 1,
-            "round": round_, "policy_version": 1, "offers": [], "addrs": ADDR, "peers": [[p, ADDR] for p in peers]}
+            "round": round_, "policy_version": 1, "offers": [[round_, f"sha256:{d * 64}", 100] for d in offers],
+            "addrs": ADDR, "peers": [[p, ADDR] for p in peers]}
 
 
 def _params():  # k = 1: D = 4, D + 2 = 6
@@ -199,11 +200,101 @@ def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_
     assert "QmH" in mesh.neighbors
 
 
+def test_a_starving_node_admits_a_knocking_producer_at_once_and_keeps_it_from_liars():
+    """64 live Sybils that dialled first refilled every slot the starving rule freed before the honest
+    peer knocked again (a real node: none of its packets in 30 rounds). Starving, a newcomer that
+    offers packets takes at once the slot of an inbound neighbour that offers none; a Sybil that
+    offers what it does not serve is found out by its first failed fetch and yields like a silent
+    one; a producer admitted is not displaced by later producers before it could deliver."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 3, 1, [], ADDR)  # round 3, nothing credited: starving
+    for s in SYBILS:  # they knock this very round: none has been idle for STARVING_ROUNDS yet
+        mesh.receive(s, _ann(3), 30.0)
+    assert mesh.starving() and len(mesh.neighbors) == 4
+    assert mesh.receive("QmQuiet", _ann(3), 30.0)["status"] == "full"  # offers nothing: nothing to prefer
+    far = _ann(3 + mesh.params.offer_rounds + 1, offers="f")  # an offer we would never fetch proves nothing
+    assert mesh.receive("QmFar", far, 30.0)["status"] == "full"
+    assert mesh.receive("QmLiar", _ann(3, offers="a"), 30.0)["status"] == "ok"  # offers: a silent one yields
+    mesh.offer_failed("QmLiar")  # its offer came back not found
+    assert mesh.receive("QmH", _ann(3, offers="b"), 30.0)["status"] == "ok"
+    for i in range(6):  # more producers knock, fake or not: they take the silent and lying slots, never H's
+        mesh.receive(f"QmP{i}", _ann(3, offers="c"), 30.0)
+    assert "QmH" in mesh.neighbors and "QmLiar" not in mesh.neighbors and len(mesh.neighbors) == 4
+    assert not any(s in mesh.neighbors for s in SYBILS)
+    mesh.offer_failed("QmH")  # an honest race: its packet was gone when fetched ...
+    mesh.credit("QmH", 31.0)  # ... and the next one came: a producer again, and we are fed
+    assert not mesh.starving() and mesh.offering("QmH")
+    assert mesh.receive("QmLate", _ann(3, offers="d"), 31.0)["status"] == "full"  # a fed node keeps its neighbours
+
+
+def test_a_starving_node_dials_its_initial_peers_then_peers_that_knocked_offering_packets_even_when_full():
+    """64 Sybils filled the honest peer's slots too (inbound, and those it picked from their peer
+    exchange), so it was never short, never dialled, and never met the victim again. Starving, a
+    node dials its initial peers and then the peers that knocked offering packets while it was full
+    (newest first), out_quota at a time, whether or not it is short; fed, nobody is rescued."""
+    mesh = Mesh("QmV", "r", 1, _params(), initial={"QmBoot": ADDR}, rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    for s in SYBILS:
+        mesh.receive(s, _ann(1, peers=[f"QmX{c}" for c in "abcdefgh"]), 10.0)
+    for s in SYBILS[4:]:  # and two we dialled ourselves: full
+        mesh.on_reply(s, {"status": "ok", **_ann(1)}, 10.0)
+    mesh.on_reply("QmBoot", {"status": "full", "peers": []}, 10.0)  # the bootstrap node was full once
+    mesh.receive("QmH", _ann(1, offers="b"), 10.0)  # refused (full): remembered as a producer
+    mesh.receive("QmH2", _ann(1, offers="c"), 10.0)
+    mesh.receive("QmLiar", _ann(1, offers="d"), 10.0)
+    mesh.offer_failed("QmLiar")
+    assert set(mesh.producers) == {"QmH", "QmH2"} and len(mesh.neighbors) == 6 and not mesh.short()
+    assert mesh.rescue(10.0) == []  # not starving yet
+    mesh.set_own("m", "t", 3, 1, [], ADDR)
+    assert mesh.starving() and not mesh.short()
+    assert [p for p, _ in mesh.rescue(10.5)] == ["QmH2", "QmH"]  # the bootstrap node's "full" retry is not due
+    assert [p for p, _ in mesh.rescue(25.0)] == ["QmBoot", "QmH2"]
+    assert [p for p, _ in mesh.rescue(25.0, busy={"QmBoot"})] == ["QmH2", "QmH"]
+    mesh.on_reply("QmH2", {"status": "ok", **_ann(3, offers="c")}, 25.0)  # admitted beyond max_degree ...
+    assert len(mesh.neighbors) == 7 and mesh.neighbors["QmH2"].score.outbound
+    mesh.credit("QmH2", 26.0)
+    assert not mesh.starving() and mesh.rescue(26.0) == []
+    mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)
+    mesh.credit("QmH2", 27.0)
+    mesh.prune(27.0)  # ... and the idle ones are pruned back to D: the producer that delivered stays
+    assert "QmH2" in mesh.neighbors and len(mesh.neighbors) == mesh.params.degree
+
+
+def test_the_answer_to_a_push_sent_before_a_neighbour_was_benched_does_not_bring_it_back():
+    """A push to a neighbour was in flight when the node evicted it as idle; its `ok` answer re-admitted
+    it as an outbound neighbour in the same second (a real node: one empty Sybil held a slot for 19
+    consecutive rounds, evicted every 5). A benched peer's answer now changes nothing."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.on_reply("QmSybiA1", {"status": "ok", **_ann(1)}, 1.0)
+    mesh.credit("QmOther", 1.0)
+    assert mesh.neighbors["QmSybiA1"].score.outbound
+    mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)
+    assert mesh.evict(2.0) == ["QmSybiA1"]
+    assert mesh.on_reply("QmSybiA1", {"status": "ok", **_ann(4)}, 2.0) == "refused"
+    assert "QmSybiA1" not in mesh.neighbors and mesh.benched["QmSybiA1"] > 2.0
+
+
+def test_a_starving_node_asks_an_unreachable_configured_peer_again_at_once_and_a_full_one_after_its_backoff():
+    mesh = Mesh("QmV", "r", 1, _params(), initial={"QmBoot": ADDR, "QmDown": ADDR}, rng=random.Random(0))
+    mesh.measuring = True
+    mesh.on_reply("QmBoot", {"status": "full", "peers": []}, 10.0)  # asked again after 10 s
+    for _ in range(4):
+        mesh.on_failure("QmDown", 10.0)  # unreachable 4 times: backoff 16 s
+    mesh.set_own("m", "t", 3, 1, [], ADDR)
+    assert mesh.starving() and mesh.rescue(11.0) == []
+    mesh.evict(11.0)
+    assert [p for p, _ in mesh.rescue(11.0)] == ["QmDown"]  # eclipsed: tried again now
+    assert [p for p, _ in mesh.rescue(20.0)] == ["QmBoot", "QmDown"]  # not every second: a node answering full
+
+
 def test_a_fed_node_gives_a_newcomer_the_slot_of_a_neighbour_whose_groups_never_taught():
     """6 Sybils sending valid all-wrong groups (no training signal) were credited and kept every
     slot (red team 2). Credited but useless for USELESS_ROUNDS, the oldest such inbound neighbour
     yields its slot to a knocking newcomer; a useful one never does, and nobody is displaced early."""
-    from swarm_node.net.announce import USELESS_ROUNDS
+    from swarm_node.net.scores import USELESS_ROUNDS
 
     mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
     mesh.measuring = True

@@ -139,7 +139,7 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
         assert status["state"] == "finished" and status["peer_id"] == f"Qm{name}" and status["round"] == 2
         other = f"Qm{'B' if name == 'A' else 'A'}"
         assert set(status["neighbours"]) == {other} and set(status["neighbours"][other]) == {
-            "outbound", "credits", "rounds_idle", "rounds_useless", "addr"}
+            "outbound", "credits", "rounds_idle", "rounds_useless", "offers", "addr"}
     prompts = {name: {p.round: {g.example_id for g in p.groups} for p in map(decode, network.served[f"Qm{name}"].values())}
                for name in ("A", "B")}
     assert set(prompts["A"]) == set(prompts["B"]) == {1, 2}

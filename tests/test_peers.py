@@ -57,13 +57,15 @@ def test_peers_scores_renders_a_node_status_and_says_what_to_do_without_one(tmp_
 
     status = StatusFile(tmp_path, "n0", 10)
     status.update(state="running", round=4, neighbours={
-        "QmIn": {"outbound": False, "credits": 0, "rounds_idle": 4, "rounds_useless": 4, "addr": "/ip4/11.12.0.7/tcp/1"},
-        "QmOut": {"outbound": True, "credits": 3, "rounds_idle": 0, "rounds_useless": 1, "addr": None}})
+        "QmIn": {"outbound": False, "credits": 0, "rounds_idle": 4, "rounds_useless": 4, "offers": False,
+                 "addr": "/ip4/11.12.0.7/tcp/1"},
+        "QmOut": {"outbound": True, "credits": 3, "rounds_idle": 0, "rounds_useless": 1, "offers": True, "addr": None}})
     out = subprocess.run([sys.executable, "-m", "swarm_node", "peers", "--scores", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[2].split()[:3] == ["QmOut", "out", "3"] and lines[3].split()[:5] == ["QmIn", "in", "0", "4", "4"]
+    assert lines[2].split()[:6] == ["QmOut", "out", "3", "0", "1", "yes"]
+    assert lines[3].split()[:6] == ["QmIn", "in", "0", "4", "4", "no"]
     assert lines[3].endswith("/ip4/11.12.0.7/tcp/1") and "2 neighbour(s) of node 'n0' (running, round 4)" in lines[-1]
     missing = subprocess.run([sys.executable, "-m", "swarm_node", "peers", "--scores", str(tmp_path / "nowhere")],
                              capture_output=True, text=True, timeout=60)

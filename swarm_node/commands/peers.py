@@ -85,13 +85,14 @@ def render_scores(status: dict, rows: list[dict]) -> str:
     state = f"node {status.get('node')!r} ({status.get('state')}, round {status.get('round')})"
     if not rows:
         return f"{state}: no neighbours yet"
-    head = f"{'peer id':<52} {'dialled':>7} {'packets':>7} {'idle':>4} {'useless':>7}  address"
+    head = f"{'peer id':<52} {'dialled':>7} {'packets':>7} {'idle':>4} {'useless':>7} {'offers':>6}  address"
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['peer_id']:<52} {'out' if r.get('outbound') else 'in':>7} {r.get('credits', 0):>7} "
-                     f"{r.get('rounds_idle', 0):>4} {r.get('rounds_useless', 0):>7}  {r.get('addr') or '?'}")
+                     f"{r.get('rounds_idle', 0):>4} {r.get('rounds_useless', 0):>7} "
+                     f"{'yes' if r.get('offers') else 'no':>6}  {r.get('addr') or '?'}")
     lines.append(f"{len(rows)} neighbour(s) of {state}; idle/useless: rounds since its last packet taken / "
-                 "since its last one that could teach (mixed rewards)")
+                 "since its last one that could teach (mixed rewards); offers: announces a packet it serves, as far as we know")
     return "\n".join(lines)
 
 

@@ -3,7 +3,7 @@
 Each Sybil speaks the protocol and cheats the mesh as issue 27's red team did: it announces
 `degree: 0`, takes every peer that dials it, never prunes or evicts, dials every peer it learns,
 names the other Sybils in peer exchange (they know each other from the start) and announces the
-victims' round and model, but never offers a packet. An honest node should give such a neighbour
+victims' round and model, but never offers a packet (with `--lie`: offers one nobody serves). An honest node should give such a neighbour
 no lasting slot (it credits only neighbours that deliver, `net/scores.py`) and keep its honest
 neighbours however many Sybils knock. Used by bench/redteam_eclipse.py.
 
@@ -17,6 +17,7 @@ per round, the neighbours each Sybil believes it holds.
 from __future__ import annotations
 
 import argparse
+import secrets
 import signal
 import sys
 import time
@@ -29,12 +30,18 @@ from swarm_node.net.announce import Mesh
 
 
 class SybilMesh(Mesh):
-    """A mesh that lies about itself and keeps everyone (see the module docstring)."""
+    """A mesh that lies about itself and keeps everyone (see the module docstring); with `lie`, it also
+    offers a made-up packet for its announced round, so that it looks like a producer until fetched."""
+
+    lie = False
 
     def announcement(self, to: str) -> dict:
-        return {**super().announcement(to), "degree": 0}
+        ann = {**super().announcement(to), "degree": 0}
+        if self.lie:  # a fresh digest nobody serves, each time: fetching it is the only way to find out
+            ann["offers"] = [[ann["round"], "sha256:" + secrets.token_hex(32), 4096]]
+        return ann
 
-    def _room_for(self, peer: str, now: float, group: str | None = None) -> bool:
+    def _room_for(self, peer: str, now: float, group: str | None = None, offering: bool = False) -> bool:
         return True
 
     def prune(self, now: float | None = None) -> list[str]:
@@ -61,7 +68,9 @@ def main() -> int:
     ap.add_argument("--task-options", default="{}")
     ap.add_argument("--seconds", type=float, default=900)
     ap.add_argument("--summary", default=None)
+    ap.add_argument("--lie", action="store_true", help="offer a made-up packet in every announcement")
     args = ap.parse_args()
+    SybilMesh.lie = args.lie
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     hivemind_transport.Mesh = SybilMesh  # every transport of this process builds a Sybil mesh
     sybils, summary = [], {"k": args.k, "ids": [], "rounds": {}}

@@ -26,64 +26,24 @@ hivemind here (protocol/SPEC.md section 11).
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
 
 from swarm_node.net import PeerInfo
 from swarm_node.net.records import (MAX_PX, STATUS_FULL, STATUS_OK, STATUS_REFUSED, Announcement, RecordError,
                                     make_announcement, parse_announcement, parse_peer_exchange)
-from swarm_node.net.scores import IDLE_BENCH_S, MAX_IDLE_BENCH_S, Score, subnet_of
+from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, STARVING_ROUNDS, MeshParams, Neighbor, Score,
+                                   subnet_of, yielding)
 
 logger = logging.getLogger(__name__)
 
 MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten)
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
-STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
 STARVING_BENCH_S = 10.0  # what a starving node evicts is refused this long only: it may be an honest peer restarting
-USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
-
-
-def fanout(k: int) -> int:
-    """Neighbors a node keeps to get k packets per round with margin: ceil(k + 3 sqrt(k)), k >= 1."""
-    k = max(1, int(k))
-    return math.ceil(k + 3 * math.sqrt(k))
-
-
-@dataclass(frozen=True)
-class MeshParams:
-    degree: int  # D: dial candidates until we have this many neighbors
-    max_degree: int  # a newcomer that is short of neighbors itself is still taken up to this many
-    ttl_s: float  # a neighbor not heard from for this long is dropped; keepalive every ttl_s / 3
-    max_packet_bytes: int  # offers declaring more are stripped (we would never fetch them)
-    out_quota: int = 0  # neighbors we dialled ourselves kept at least this many: inbound fill max_degree - out_quota
-    idle_rounds: int = 0  # a neighbor that delivered nothing for this many of our rounds is idle (0: never)
-    idle_s: float = 0.0  # ... and for this many seconds (a node racing through rounds to catch up idles nobody)
-    per_subnet: int = 0  # neighbours whose connections came from one public /24 (/32) at most, through one relay
-    # max(per_subnet, max_degree // 2) (0: no limit)
-
-    @classmethod
-    def for_peers(cls, k: int, ttl_s: float, max_packet_bytes: int) -> MeshParams:
-        d = fanout(k)
-        return cls(d, d + 2, ttl_s, max_packet_bytes, out_quota=2, idle_rounds=5, idle_s=5.0, per_subnet=2)
-
-
-@dataclass
-class Neighbor:
-    addrs: list[str]
-    heard_at: float  # last announcement from it (request or reply)
-    sent_at: float = 0.0  # last announcement we sent it
-    info: PeerInfo | None = None
-    seq: int = -1  # of `info`: a reply overtaken by a newer push must not replace it
-    degree: int = 0  # its neighbor count, as it last announced: only sizes our peer-exchange sample
-    score: Score | None = None  # what we measured of it (set when it is admitted)
-    addr: str | None = None  # the remote address of its connection when it was admitted, as our transport saw it
-    group: str | None = None  # what it counts in for the per-subnet limit (scores.subnet_of of addr; None: nothing)
 
 
 class Mesh:
@@ -113,6 +73,8 @@ class Mesh:
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
         self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
+        self.producers: OrderedDict[str, None] = OrderedDict()  # refused peers whose announcement offered packets
+        self.false_offers: OrderedDict[str, None] = OrderedDict()  # peers an offer of which we failed to fetch
         self._counted: set[tuple[str, str]] = set()
 
     # ---- our side ---------------------------------------------------------------------------------------
@@ -124,9 +86,8 @@ class Mesh:
                                      offers, addrs, [], produces=produces, manifest=self.manifest)
 
     def announcement(self, to: str) -> dict:
-        """Our announcement for peer `to`. It carries a peer-exchange sample (leaving `to` out) only
-        when `to` may need candidates: not yet our neighbor, or short of neighbors when last heard.
-        So steady-state announcements stay the same size whatever the swarm's size."""
+        """Our announcement for peer `to`, with a peer-exchange sample (leaving `to` out) only when `to` may need
+        candidates (not our neighbor, or short when last heard): the same size whatever the swarm's size."""
         n = self.neighbors.get(to)
         wants_peers = n is None or n.degree < self.params.degree
         return {**self.own, "degree": len(self.neighbors), "peers": self.sample(exclude=to) if wants_peers else []}
@@ -141,9 +102,8 @@ class Mesh:
 
     # ---- judging and admitting peers ----------------------------------------------------------------------
     def judge(self, ann: Announcement) -> str | None:
-        """Why this announcement is junk (None: keep it). Strips offers we would never fetch, counting
-        each (peer, digest) once as `oversize`; an announcement that offered something but nothing
-        fetchable is junk. Costs a few comparisons: no signature, no network."""
+        """Why this announcement is junk (None: keep it). Strips offers we would never fetch, counting each (peer,
+        digest) once as `oversize`; offering only such is junk. A few comparisons: no signature, no network."""
         if ann.run_id != self.run_id:
             return "wrong_run"
         if ann.info.protocol != self.protocol:
@@ -172,11 +132,9 @@ class Mesh:
         n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
         if ann.seq >= n.seq:
             n.info, n.seq = ann.info, ann.seq
-        self.failures.pop(peer, None)
-        self.fulls.pop(peer, None)
-        self.retry_at.pop(peer, None)
-        self.learn([(peer, n.addrs)])
-        self.learn(ann.peers)
+        for table in (self.failures, self.fulls, self.retry_at):
+            table.pop(peer, None)
+        self.learn([(peer, n.addrs)] + ann.peers)
 
     def drop(self, peer: str) -> None:
         self.neighbors.pop(peer, None)
@@ -220,19 +178,21 @@ class Mesh:
                 self.known.pop(peer, None)
             return {"status": STATUS_OK, **self.announcement(to=peer)}
         group = self.group_of(peer, addr)
-        if self._room_for(peer, now, group):
+        if self._room_for(peer, now, group, self.offering(peer, ann.info.offers)):
             self._admit(ann, now, addr=addr, group=group)
             self.neighbors[peer].sent_at = now
             return {"status": STATUS_OK, **self.announcement(to=peer)}
         self.learn([(peer, ann.addrs)] + ann.peers)  # a candidate: it may take an idle neighbor's slot
+        if self.offering(peer, ann.info.offers):  # a starving node dials such candidates first
+            self._remember(self.producers, peer)
         self.refused["full"] += 1
         return {"status": STATUS_FULL, "peers": self.sample(exclude=peer)}
 
-    def _room_for(self, peer: str, now: float, group: str | None = None) -> bool:
+    def _room_for(self, peer: str, now: float, group: str | None = None, offering: bool = False) -> bool:
         """A neighbor stays; a new peer that dialled us is taken while we have fewer than `max_degree`
         neighbors and fewer than `max_degree - out_quota` that dialled us, unless it is benched; when
-        full, in place of an inbound neighbour that fed us nothing (see below). Its announced
-        degree plays no part (a liar says 0)."""
+        full, in place of an inbound neighbour that fed us nothing (`scores.yielding`). Its announced
+        degree plays no part (a liar says 0); whether it offers packets (`offering`) does."""
         if peer in self.neighbors:
             return True
         if self.benched.get(peer, 0.0) > now:
@@ -243,22 +203,32 @@ class Mesh:
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
         if len(self.neighbors) < self.params.max_degree and len(inbound) < self.params.max_degree - self.params.out_quota:
             return True
-        # Full: a newcomer takes the slot of the inbound neighbour that has fed us least, if that one
-        # had its chance. Starving, any that delivered nothing for STARVING_ROUNDS (16 live Sybils
-        # that dialled first kept a node at 0 packets for 12 rounds of 20 s); fed, one whose packets
-        # we took (credited) but whose groups carried no training signal for USELESS_ROUNDS (6
-        # Sybils sending valid all-wrong groups kept every slot: the honest peer got none in 60
-        # rounds). A neighbour not credited yet (a newcomer still catching up) is only ever idle.
-        starving = self.starving()
-        def last_fed(q: str) -> int:
-            s = self.neighbors[q].score
-            return max(s.since_round, s.credited_round if starving else s.useful_round)
-        stale = [q for q in inbound if self.round - last_fed(q) >= (STARVING_ROUNDS if starving else USELESS_ROUNDS)
-                 and (starving or self.neighbors[q].score.credits > 0)]
-        if not self.measuring or not stale:
-            return False
-        self._bench(min(stale, key=last_fed), now)
-        return True
+        scores = {q: self.neighbors[q].score for q in inbound}
+        gone = yielding(scores, self.round, self.starving(), offering, self.offering) if self.measuring else None
+        if gone is not None:
+            self._bench(gone, now)
+        return gone is not None
+
+    def offering(self, peer: str, offers: list | None = None) -> bool:
+        """`peer` announces (in `offers`, else its latest announcement) a packet for a round we would fetch, and
+        none of its offers failed to fetch since it last delivered: a producer, as far as we can tell without
+        fetching. An empty Sybil offers nothing; one offering what it does not serve is found out by a fetch."""
+        n = self.neighbors.get(peer)
+        offers = offers if offers is not None else n.info.offers if n is not None and n.info is not None else []
+        return peer not in self.false_offers and any(abs(o[0] - self.round) <= self.params.offer_rounds for o in offers)
+
+    def offer_failed(self, peer: str) -> None:
+        """A fetch of an offer `peer` announced came back not found, mismatched or oversize: until it
+        delivers, it counts as offering nothing (a slot is no longer kept for it, nor dialled first)."""
+        self._remember(self.false_offers, peer)
+        self.producers.pop(peer, None)
+
+    @staticmethod
+    def _remember(table: OrderedDict[str, None], peer: str) -> None:  # newest last, at most MAX_KNOWN
+        table.pop(peer, None)
+        table[peer] = None
+        if len(table) > MAX_KNOWN:
+            table.popitem(last=False)
 
     def group_of(self, peer: str, addr: str | None) -> str | None:
         """What `peer`, connected from `addr` (the transport's view, never a claim), counts in for the
@@ -295,6 +265,9 @@ class Mesh:
     def on_reply(self, peer: str, obj: object, now: float, addr: str | None = None) -> str:
         """Apply `peer`'s answer (its stream came from `addr`); returns ok | full | refused | bad_reply."""
         self.anchors.pop(peer, None)  # an anchor is dialled first once; afterwards it is a candidate like others
+        if peer not in self.neighbors and self.benched.get(peer, 0.0) > now:
+            return STATUS_REFUSED  # the answer to a push sent before we benched it: it stays out (a Sybil evicted
+            # as idle came back this way in the same second, and held a slot for 19 rounds)
         status = obj.get("status") if isinstance(obj, dict) else None
         if status == STATUS_OK:
             try:
@@ -360,6 +333,7 @@ class Mesh:
         packet that could teach, accepted, that the step had no room for (more teaching peers than
         peer slots): the neighbour is not idle (`Score.alive`), and earns nothing else."""
         self.measuring = True
+        self.false_offers.pop(peer, None)
         n = self.neighbors.get(peer)
         if n is not None and not taken:
             n.score.alive_round, n.score.alive_t = self.round, now
@@ -404,31 +378,26 @@ class Mesh:
         that never delivered at once, the other ones we dialled to a waiting candidate (one each). A
         node whose neighbors deliver nothing while others could is treated as eclipsed and dials out;
         the evicted are benched (refused, not dialled)."""
-        if self.starving():  # eclipsed: the peers we were told to join through are tried again now
-            for p in self.initial:
-                if p not in self.neighbors and self.benched.get(p, 0.0) <= now:
+        if self.starving():  # eclipsed: the peers we were told to join through are tried again now (one that
+            for p in self.initial:  # answered "full" after its backoff: `rescue` would otherwise ask it every second)
+                if p not in self.neighbors and self.benched.get(p, 0.0) <= now and not self.fulls[p]:
                     self.retry_at[p] = min(self.retry_at.get(p, now), now)
         waiting = sum(1 for p in self.known if p not in self.neighbors and p != self.own_id
                       and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now)
         idle = self.idle(now)
         gone = [p for p in idle if not self.neighbors[p].score.outbound or self._never_delivered(p)]
         gone += [p for p in idle if p not in gone][:waiting]
-        starving = self.starving()
+        starving = "; starving" if self.starving() else ""
         for p in gone:  # what the verdict read, so that an eviction can be explained from the log alone
-            sc = self.neighbors[p].score
-            logger.info("idle neighbor %s: our round %d; joined %d, last credited %d, last alive %d; %.0f s since; "
-                        "%d credits; %s%s", p, self.round, sc.since_round, sc.credited_round, sc.alive_round,
-                        now - max(sc.since_t, sc.credited_t, sc.alive_t), sc.credits,
-                        "outbound" if sc.outbound else "inbound", "; starving" if starving else "")
+            logger.info("idle neighbor %s: %s%s", p, self.neighbors[p].score.explain(self.round, now), starving)
             self._bench(p, now)
         if gone:
             logger.info("%d idle neighbor(s) lost their slot: %s", len(gone), ", ".join(gone))
         return gone
 
     def _never_delivered(self, peer: str) -> bool:
-        """A neighbour we dialled that has not delivered one packet since, and that the user did not name
-        (a bootstrap node or relay delivers none): an empty Sybil we picked loses its slot like one
-        that dialled us, within idle_rounds, even with no candidate waiting for the slot."""
+        """A neighbour we dialled, not named by the user (a bootstrap node or relay delivers none), that never
+        delivered: an empty Sybil we picked loses its slot like one that dialled us, candidate or not."""
         return self.neighbors[peer].score.credits == 0 and peer not in self.initial
 
     def _bench(self, peer: str, now: float) -> None:
@@ -456,17 +425,18 @@ class Mesh:
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def scores(self) -> dict[str, dict]:
-        """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless, and the address
-        its connection came from (status.json, `swarm-node peers --scores`)."""
-        return {p: {**n.score.as_dict(self.round), "addr": n.addr} for p, n in list(self.neighbors.items())}
+        """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless, whether it offers
+        (`offering`), and the address its connection came from (status.json, `swarm-node peers --scores`)."""
+        return {p: {**n.score.as_dict(self.round), "offers": self.offering(p), "addr": n.addr}
+                for p, n in list(self.neighbors.items())}
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
         """Up to n peers to dial, at random among those known; first the anchors (the best outbound
         neighbours of our last run) while we have fewer than out_quota outbound, then initial peers
-        while we have no neighbor at all (afterwards they are peers like others: a bootstrap node
-        everyone names in `--peers` must not be dialled by every node that runs short). A node with no neighbor at all
-        (cut off) retries every candidate within ISOLATED_RETRY_S, so it finds its way back soon
-        after a partition heals, however long the backoff grew during the cut."""
+        while we have no neighbor at all (a bootstrap node everyone names in `--peers` must not be
+        dialled by every node that runs short; a starving one, see `rescue`). Cut off (no neighbor),
+        every candidate is retried within ISOLATED_RETRY_S: a node finds its way back soon after a
+        partition heals."""
         if not self.neighbors:
             soon = now + ISOLATED_RETRY_S
             for p, t in self.retry_at.items():
@@ -479,6 +449,17 @@ class Mesh:
         rest = [p for p in ok if p not in first]
         picked = first[:n] + self.rng.sample(rest, max(0, min(n - len(first[:n]), len(rest))))
         return [(p, self.known[p]) for p in picked]
+
+    def rescue(self, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
+        """Starving, the peers to dial even while our slots are full (of Sybils that dialled first, and
+        of those we picked from their peer exchange): the initial peers we were told to join through,
+        then the peers that knocked offering packets, newest first; out_quota at a time. An outbound
+        neighbour beyond max_degree is pruned back to D later, the idle first."""
+        if not self.starving():
+            return []
+        due = [p for p in [*self.initial, *reversed(self.producers)] if p in self.known and p not in self.neighbors
+               and p not in busy and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now]
+        return [(p, self.known[p]) for p in dict.fromkeys(due)][:self.params.out_quota]
 
     def keepalive_due(self, now: float) -> list[str]:
         return [p for p, n in self.neighbors.items() if n.sent_at < now - self.params.ttl_s / 3]

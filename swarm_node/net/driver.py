@@ -2,8 +2,9 @@
 
 `MeshDriver` runs a Mesh on an event loop: pushes our announcement to every neighbor on offer
 (rate-limited and coalesced), keeps neighbors alive, prunes and evicts what the node measured as
-idle (`scores.py`), dials candidates while short of neighbors or of outbound ones, and reads DHT
-membership when out of candidates. The stream side is the transport's (`discovery.PushDiscovery`).
+idle (`scores.py`), dials candidates while short of neighbors or of outbound ones (and, starving, its
+initial peers and the peers that offered packets, full or not), and reads DHT membership when out of
+candidates. The stream side is the transport's (`discovery.PushDiscovery`).
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ class MeshDriver:
         mesh.evict(now)
         for peer in mesh.keepalive_due(now):
             self._start(peer, mesh.neighbors[peer].addrs)
+        for peer, addrs in mesh.rescue(now, busy=set(self.in_flight)):  # eclipsed: dial out even when full
+            self._start(peer, addrs)
         if not mesh.short():
             return
         need = mesh.dials_wanted() - sum(p not in mesh.neighbors for p in self.in_flight)

@@ -7,9 +7,8 @@ Discovery (`discovery`; protocol/SPEC.md section 11):
              candidates (`discovery.MemberDirectory`). Cost per node and round: O(D), not O(N).
     dht-key  (v1) every node's signed record under one DHT key, polled whole (`discovery.PeerDirectory`);
              kept so bench/scale.py can run both side by side.
-Transfer: a peer's packet is pulled over a libp2p stream opened to that peer's authenticated id
-(`fetch.py`), under the per-peer limits of `collect.py`. Bootstrap: any one of `cfg.peers`
-answering is enough; while none does the node runs alone and retries with exponential backoff.
+Transfer: a peer's packet is pulled over a libp2p stream to its authenticated id (`fetch.py`), under the
+per-peer limits of `collect.py`. Bootstrap: any one of `cfg.peers` answering is enough (else retried).
 
 `P2P` (a p2pd child process) and `DHTNode` run on a private event loop (`loop.LoopThread`) of this
 process; no `hivemind.DHT`, which forks. All hivemind attributes that are not public API are used
@@ -37,7 +36,7 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
-from swarm_node.net.announce import Mesh, MeshParams
+from swarm_node.net.announce import Mesh
 from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
 from swarm_node.net.daemon import CONNECT_TIMEOUT_S, start_daemon
 from swarm_node.net.discovery import (DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator,
@@ -51,7 +50,7 @@ from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
                                     STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, is_digest, make_record)
-from swarm_node.net.scores import PeerLimiter, load_anchors
+from swarm_node.net.scores import MeshParams, PeerLimiter, load_anchors
 from swarm_node.wire import codec
 from swarm_node.wire.codec import PROTOCOL_VERSION
 
@@ -204,7 +203,8 @@ class HivemindTransport:
                                          cache_locally=False, cache_nearest=0, cache_on_store=False)
         cap_dictionary_values(self._dht, MAX_BUCKET_ENTRIES)
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
-        params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
+        params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes,
+                                      max(self.cfg.staleness, self.cfg.max_lag))
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
         mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest,
                     anchors=load_anchors(self._anchors_path))
@@ -429,8 +429,7 @@ class HivemindTransport:
         return True
 
     async def _bootstrap_loop(self) -> None:
-        """While no initial peer answers, retry after bootstrap_retry_s, doubling up to MAX_BOOTSTRAP_RETRY_S;
-        one log line per attempt, so at most a few per hour once backed off."""
+        """While no initial peer answers, retry after bootstrap_retry_s, doubling up to MAX_BOOTSTRAP_RETRY_S (a log line each)."""
         delay = self.cfg.bootstrap_retry_s
         while True:
             await asyncio.sleep(delay)
@@ -493,6 +492,8 @@ class HivemindTransport:
         self._stats["fetch_failures"] += 1
         if reason in FAILURE_STATS:
             self._stats[FAILURE_STATS[reason]] += 1
+        if reason in (STATUS_NOT_FOUND, MISMATCH, OVERSIZE) and self._push is not None:
+            self._push.mesh.offer_failed(peer_id)  # it offered what it does not serve: no producer's slot for it
         if reason == MISMATCH or (reason == OVERSIZE and declared):
             logger.warning("peer %s served %s for %s; ignoring that offer", peer_id,
                            "bytes that do not match" if reason == MISMATCH else "more bytes than it announced", digest)

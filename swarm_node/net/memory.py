@@ -26,7 +26,8 @@ import time
 
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, SwarmError
-from swarm_node.net.announce import Mesh, MeshParams
+from swarm_node.net.announce import Mesh
+from swarm_node.net.scores import MeshParams
 from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
 from swarm_node.net.fetch import MISMATCH, OVERSIZE, Offers
 from swarm_node.net.records import STATUS_NOT_FOUND, STATUS_OK
@@ -128,7 +129,8 @@ class MemoryTransport:
         self._offers = Offers(self.cfg.max_offers)
         self._round = self._policy_version = 0
         self._delivery = Delivery()
-        params = MeshParams.for_peers(self.cfg.min_peers, self.cfg.record_ttl_s, self.cfg.max_packet_bytes)
+        params = MeshParams.for_peers(self.cfg.min_peers, self.cfg.record_ttl_s, self.cfg.max_packet_bytes,
+                                      max(self.cfg.staleness, self.cfg.max_lag))
         self._mesh = Mesh(peer_id, self.cfg.run_id, protocol, params, manifest=manifest)
         self._stats = {"bytes_in": 0, "packets_in": 0, "fetch_failures": 0, "fetch_not_found": 0,
                        "fetch_oversize": 0, "digest_mismatches": 0, "fetch_timeouts": 0, "announces_sent": 0}
@@ -242,6 +244,8 @@ class MemoryTransport:
             self._mesh.prune(now)
             self._mesh.evict(now)
             self._mesh.learn(self.network.members(exclude=self._peer_id))
+            for peer, _ in self._mesh.rescue(now):  # eclipsed: dial out even when full
+                self._contact(peer)
             while self._mesh.short():
                 found = self._mesh.candidates(1, now)
                 if not found:
@@ -274,4 +278,6 @@ class MemoryTransport:
         self._stats[{STATUS_NOT_FOUND: "fetch_not_found", OVERSIZE: "fetch_oversize"}.get(reason, "digest_mismatches")] += 1
         if reason != STATUS_NOT_FOUND:
             self.distrust(peer_id, digest)
+        with self.network.lock:
+            self._mesh.offer_failed(peer_id)
         return None, reason

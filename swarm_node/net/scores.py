@@ -29,6 +29,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,11 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm_node.fsutil import write_json_atomic
+from swarm_node.net import PeerInfo
 from swarm_node.net.reach import observed_ip
 
 logger = logging.getLogger(__name__)
 
 IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
+STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
+USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
 
 
 MAX_ANCHOR_ADDRS = 8  # addresses kept per anchor
@@ -73,6 +77,45 @@ def subnet_of(addr: str | None) -> str | None:
     if not ip.is_global:
         return None
     return str(ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 32}", strict=False))
+
+
+def fanout(k: int) -> int:
+    """Neighbors a node keeps to get k packets per round with margin: ceil(k + 3 sqrt(k)), k >= 1."""
+    k = max(1, int(k))
+    return math.ceil(k + 3 * math.sqrt(k))
+
+
+@dataclass(frozen=True)
+class MeshParams:
+    degree: int  # D: dial candidates until we have this many neighbors
+    max_degree: int  # a newcomer that is short of neighbors itself is still taken up to this many
+    ttl_s: float  # a neighbor not heard from for this long is dropped; keepalive every ttl_s / 3
+    max_packet_bytes: int  # offers declaring more are stripped (we would never fetch them)
+    out_quota: int = 0  # neighbors we dialled ourselves kept at least this many: inbound fill max_degree - out_quota
+    idle_rounds: int = 0  # a neighbor that delivered nothing for this many of our rounds is idle (0: never)
+    idle_s: float = 0.0  # ... and for this many seconds (a node racing through rounds to catch up idles nobody)
+    per_subnet: int = 0  # neighbours whose connections came from one public /24 (/32) at most, through one relay
+    # max(per_subnet, max_degree // 2) (0: no limit)
+    offer_rounds: int = 64  # an offer this many rounds from ours or closer is one we fetch (max(staleness, max_lag))
+
+    @classmethod
+    def for_peers(cls, k: int, ttl_s: float, max_packet_bytes: int, offer_rounds: int = 64) -> MeshParams:
+        d = fanout(k)
+        return cls(d, d + 2, ttl_s, max_packet_bytes, out_quota=2, idle_rounds=5, idle_s=5.0, per_subnet=2,
+                   offer_rounds=offer_rounds)
+
+
+@dataclass
+class Neighbor:
+    addrs: list[str]
+    heard_at: float  # last announcement from it (request or reply)
+    sent_at: float = 0.0  # last announcement we sent it
+    info: PeerInfo | None = None
+    seq: int = -1  # of `info`: a reply overtaken by a newer push must not replace it
+    degree: int = 0  # its neighbor count, as it last announced: only sizes our peer-exchange sample
+    score: Score | None = None  # what we measured of it (set when it is admitted)
+    addr: str | None = None  # the remote address of its connection when it was admitted, as our transport saw it
+    group: str | None = None  # what it counts in for the per-subnet limit (scores.subnet_of of addr; None: nothing)
 
 
 def load_anchors(path: Path | None) -> dict[str, list[str]]:
@@ -122,9 +165,35 @@ class Score:
         """Our round when it joined, or last delivered (credited, or alive)."""
         return max(self.since_round, self.credited_round, self.alive_round)
 
+    def explain(self, round: int, now: float) -> str:
+        """What an eviction verdict read, for the log: an eviction can be explained from the log alone."""
+        return (f"our round {round}; joined {self.since_round}, last credited {self.credited_round}, last alive "
+                f"{self.alive_round}; {now - max(self.since_t, self.credited_t, self.alive_t):.0f} s since; "
+                f"{self.credits} credits; {'outbound' if self.outbound else 'inbound'}")
+
     def as_dict(self, round: int) -> dict:
         return {"outbound": self.outbound, "credits": self.credits, "rounds_idle": max(0, round - self.last_round()),
                 "rounds_useless": max(0, round - max(self.since_round, self.useful_round))}
+
+
+def yielding(inbound: dict[str, Score], round: int, starving: bool, newcomer_offers: bool,
+             offers: Callable[[str], bool]) -> str | None:
+    """When a node is full, the inbound neighbour whose slot a knocking newcomer takes (None: nobody).
+    Starving, one that delivered nothing for STARVING_ROUNDS (16 live Sybils that dialled first kept a
+    node at 0 packets for 12 rounds of 20 s), and at once one that offers nothing (`offers`) if the
+    newcomer offers packets (64 Sybils that dialled first refilled each freed slot before the honest
+    peer knocked again: none of its packets in 30 rounds). Fed, one whose packets we took (credited)
+    but whose groups carried no training signal for USELESS_ROUNDS (6 Sybils sending valid all-wrong
+    groups kept every slot: the honest peer got none in 60 rounds). A neighbour not credited yet (a
+    newcomer still catching up) is otherwise only ever idle. The one that fed us least goes first."""
+    def last_fed(q: str) -> int:
+        s = inbound[q]
+        return max(s.since_round, s.credited_round if starving else s.useful_round)
+    stale = [q for q, s in inbound.items() if round - last_fed(q) >= (STARVING_ROUNDS if starving else USELESS_ROUNDS)
+             and (starving or s.credits > 0)]
+    if starving and newcomer_offers and not stale:
+        stale = [q for q in inbound if not offers(q)]
+    return min(stale, key=lambda q: (last_fed(q), inbound[q].since_t), default=None)
 
 
 class TokenBucket:
