@@ -231,8 +231,9 @@ def test_a_starving_node_admits_a_knocking_producer_at_once_and_keeps_it_from_li
 def test_a_starving_node_dials_its_initial_peers_then_peers_that_knocked_offering_packets_even_when_full():
     """64 Sybils filled the honest peer's slots too (inbound, and those it picked from their peer
     exchange), so it was never short, never dialled, and never met the victim again. Starving, a
-    node dials its initial peers and then the peers that knocked offering packets while it was full
-    (newest first), out_quota at a time, whether or not it is short; fed, nobody is rescued."""
+    node dials one initial peer and the peers that knocked offering packets while it was full (in
+    the order they first knocked, each once: knocking again does not jump the queue), out_quota at
+    a time, whether or not it is short, and never more than out_quota beyond max_degree; fed, nobody."""
     mesh = Mesh("QmV", "r", 1, _params(), initial={"QmBoot": ADDR}, rng=random.Random(0))
     mesh.measuring = True
     mesh.set_own("m", "t", 1, 1, [], ADDR)
@@ -241,25 +242,49 @@ def test_a_starving_node_dials_its_initial_peers_then_peers_that_knocked_offerin
     for s in SYBILS[4:]:  # and two we dialled ourselves: full
         mesh.on_reply(s, {"status": "ok", **_ann(1)}, 10.0)
     mesh.on_reply("QmBoot", {"status": "full", "peers": []}, 10.0)  # the bootstrap node was full once
-    mesh.receive("QmH", _ann(1, offers="b"), 10.0)  # refused (full): remembered as a producer
-    mesh.receive("QmH2", _ann(1, offers="c"), 10.0)
-    mesh.receive("QmLiar", _ann(1, offers="d"), 10.0)
+    for p in ("QmH", "QmH2", "QmH3", "QmLiar"):  # refused (full): remembered as producers, in this order
+        mesh.receive(p, _ann(1, offers="b"), 10.0)
     mesh.offer_failed("QmLiar")
-    assert set(mesh.producers) == {"QmH", "QmH2"} and len(mesh.neighbors) == 6 and not mesh.short()
+    mesh.receive("QmH3", _ann(1, offers="b"), 10.1)  # knocking again does not move it ahead
+    assert list(mesh.producers) == ["QmH", "QmH2", "QmH3"] and len(mesh.neighbors) == 6 and not mesh.short()
     assert mesh.rescue(10.0) == []  # not starving yet
     mesh.set_own("m", "t", 3, 1, [], ADDR)
     assert mesh.starving() and not mesh.short()
-    assert [p for p, _ in mesh.rescue(10.5)] == ["QmH2", "QmH"]  # the bootstrap node's "full" retry is not due
-    assert [p for p, _ in mesh.rescue(25.0)] == ["QmBoot", "QmH2"]
-    assert [p for p, _ in mesh.rescue(25.0, busy={"QmBoot"})] == ["QmH2", "QmH"]
-    mesh.on_reply("QmH2", {"status": "ok", **_ann(3, offers="c")}, 25.0)  # admitted beyond max_degree ...
-    assert len(mesh.neighbors) == 7 and mesh.neighbors["QmH2"].score.outbound
+    assert [p for p, _ in mesh.rescue(10.5)] == ["QmH", "QmH2"]  # the bootstrap node's "full" retry is not due
+    assert [p for p, _ in mesh.rescue(10.6)] == ["QmH3"]  # each dialled once
+    assert [p for p, _ in mesh.rescue(25.0)] == ["QmBoot"]
+    for p in ("QmH", "QmH2"):
+        mesh.on_reply(p, {"status": "ok", **_ann(3, offers="c")}, 25.0)  # admitted beyond max_degree ...
+    assert len(mesh.neighbors) == 8 and mesh.neighbors["QmH2"].score.outbound
+    mesh.receive("QmH4", _ann(3, offers="b"), 25.0)
+    assert mesh.rescue(26.0) == []  # ... out_quota beyond it at most
     mesh.credit("QmH2", 26.0)
     assert not mesh.starving() and mesh.rescue(26.0) == []
     mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)
     mesh.credit("QmH2", 27.0)
     mesh.prune(27.0)  # ... and the idle ones are pruned back to D: the producer that delivered stays
     assert "QmH2" in mesh.neighbors and len(mesh.neighbors) == mesh.params.degree
+
+
+def test_an_offer_not_made_good_within_a_round_protects_nobody():
+    """A Sybil can offer what is never fetched (answering `busy`, stalling, or naming a packet the node
+    holds already), so no fetch ever fails (red team, session 13). A neighbour that joined before this
+    round and never delivered counts as offering nothing, whatever it announces; nor does a copy of the
+    node's own offer (never fetched)."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 3, 1, [], ADDR)
+    for s in SYBILS[:4]:
+        mesh.receive(s, _ann(3, offers="a"), 30.0)
+    assert all(mesh.offering(s) for s in SYBILS[:4])
+    assert mesh.receive("QmH", _ann(3, offers="b"), 30.0)["status"] == "full"  # all offer, all joined this round
+    mesh.set_own("m", "t", 4, 1, [], ADDR)
+    assert not any(mesh.offering(s) for s in SYBILS[:4])
+    assert mesh.receive("QmH", _ann(4, offers="b"), 31.0)["status"] == "ok"
+    mesh.credit("QmH", 32.0)
+    ours = [5, f"sha256:{'e' * 64}", 100]
+    mesh.set_own("m", "t", 5, 1, [ours], ADDR)
+    assert mesh.offering("QmH", [[5, "x", 1]]) and not mesh.offering("QmNew", [ours])  # a copy of ours proves nothing
 
 
 def test_the_answer_to_a_push_sent_before_a_neighbour_was_benched_does_not_bring_it_back():
@@ -287,7 +312,18 @@ def test_a_starving_node_asks_an_unreachable_configured_peer_again_at_once_and_a
     assert mesh.starving() and mesh.rescue(11.0) == []
     mesh.evict(11.0)
     assert [p for p, _ in mesh.rescue(11.0)] == ["QmDown"]  # eclipsed: tried again now
-    assert [p for p, _ in mesh.rescue(20.0)] == ["QmBoot", "QmDown"]  # not every second: a node answering full
+    assert [p for p, _ in mesh.rescue(20.0)] == ["QmBoot"]  # not every second: a node answering full; and one
+    # configured peer a tick, so that unreachable ones cannot take every dial from the producers
+
+
+def test_candidates_forgotten_leave_no_retry_or_failure_entries_behind():
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    for i in range(3000):  # ids learned, dialled and failed in turn, as a stream of Sybils would have it
+        peer = "QmS" + "".join("123456789ABCDEFGH"[int(c, 16) % 17] for c in f"{i:05x}")
+        mesh.learn([(peer, ADDR)])
+        mesh.on_failure(peer, 1.0)
+        mesh.on_reply(peer, {"status": "full", "peers": []}, 1.0)
+    assert len(mesh.known) <= 256 and max(len(mesh.retry_at), len(mesh.failures), len(mesh.fulls)) <= 256
 
 
 def test_a_fed_node_gives_a_newcomer_the_slot_of_a_neighbour_whose_groups_never_taught():

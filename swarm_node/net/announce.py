@@ -157,6 +157,8 @@ class Mesh:
             if victim is None:
                 break
             del self.known[victim]
+            for table in (self.retry_at, self.failures, self.fulls):  # a forgotten candidate leaves no trace
+                table.pop(victim, None)  # (256 Sybil ids dialled in turn grew these without bound)
 
     def leaving(self, to: str) -> dict:
         """Our last announcement, saying we leave: `to` drops us at once instead of after ttl_s."""
@@ -183,8 +185,8 @@ class Mesh:
             self.neighbors[peer].sent_at = now
             return {"status": STATUS_OK, **self.announcement(to=peer)}
         self.learn([(peer, ann.addrs)] + ann.peers)  # a candidate: it may take an idle neighbor's slot
-        if self.offering(peer, ann.info.offers):  # a starving node dials such candidates first
-            self._remember(self.producers, peer)
+        if self.offering(peer, ann.info.offers) and peer not in self.producers:  # a starving node dials them, oldest
+            self._remember(self.producers, peer)  # first: knocking again does not move a peer ahead of the others
         self.refused["full"] += 1
         return {"status": STATUS_FULL, "peers": self.sample(exclude=peer)}
 
@@ -210,12 +212,18 @@ class Mesh:
         return gone is not None
 
     def offering(self, peer: str, offers: list | None = None) -> bool:
-        """`peer` announces (in `offers`, else its latest announcement) a packet for a round we would fetch, and
-        none of its offers failed to fetch since it last delivered: a producer, as far as we can tell without
-        fetching. An empty Sybil offers nothing; one offering what it does not serve is found out by a fetch."""
+        """`peer` announces (in `offers`, else its latest announcement) a packet for a round we would fetch, none
+        of its offers failed to fetch since it last delivered, and, a neighbour, it delivered or joined in this
+        round: a producer, as far as we can tell without fetching. An empty Sybil offers nothing; one offering
+        what it does not serve is found out by a fetch, or by a round without a delivery (an offer answered
+        `busy`, stalled, or one we hold already is never fetched: red team, session 13)."""
         n = self.neighbors.get(peer)
+        if n is not None and n.score.credits == 0 and n.score.since_round < self.round:
+            return False
         offers = offers if offers is not None else n.info.offers if n is not None and n.info is not None else []
-        return peer not in self.false_offers and any(abs(o[0] - self.round) <= self.params.offer_rounds for o in offers)
+        ours = {o[1] for o in self.own["offers"]}  # a copy of our own offer is never fetched, so never found out
+        return peer not in self.false_offers and any(abs(o[0] - self.round) <= self.params.offer_rounds
+                                                     and o[1] not in ours for o in offers)
 
     def offer_failed(self, peer: str) -> None:
         """A fetch of an offer `peer` announced came back not found, mismatched or oversize: until it
@@ -451,15 +459,21 @@ class Mesh:
         return [(p, self.known[p]) for p in picked]
 
     def rescue(self, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
-        """Starving, the peers to dial even while our slots are full (of Sybils that dialled first, and
-        of those we picked from their peer exchange): the initial peers we were told to join through,
-        then the peers that knocked offering packets, newest first; out_quota at a time. An outbound
-        neighbour beyond max_degree is pruned back to D later, the idle first."""
-        if not self.starving():
+        """Starving, the peers to dial even while our slots are full (of Sybils that dialled first, and of
+        those we picked from their peer exchange): one initial peer we were told to join through, and
+        the peers that knocked offering packets, in the order they first knocked, each dialled once;
+        out_quota at a time, and none while out_quota neighbours beyond max_degree are ours already
+        (pruned back to D later, the idle first)."""
+        if not self.starving() or len(self.neighbors) >= self.params.max_degree + self.params.out_quota:
             return []
-        due = [p for p in [*self.initial, *reversed(self.producers)] if p in self.known and p not in self.neighbors
-               and p not in busy and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now]
-        return [(p, self.known[p]) for p in dict.fromkeys(due)][:self.params.out_quota]
+        def due(p: str) -> bool:
+            return p in self.known and p not in self.neighbors and p not in busy and \
+                self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now
+        picked = [p for p in self.initial if due(p)][:1]  # unreachable ones must not take every dial
+        picked += [p for p in self.producers if due(p) and p not in picked][:self.params.out_quota - len(picked)]
+        for p in picked:
+            self.producers.pop(p, None)
+        return [(p, self.known[p]) for p in picked]
 
     def keepalive_due(self, now: float) -> list[str]:
         return [p for p, n in self.neighbors.items() if n.sent_at < now - self.params.ttl_s / 3]
