@@ -390,8 +390,7 @@ class Mesh:
             for p in self.initial:  # answered "full" after its backoff: `rescue` would otherwise ask it every second)
                 if p not in self.neighbors and self.benched.get(p, 0.0) <= now and not self.fulls[p]:
                     self.retry_at[p] = min(self.retry_at.get(p, now), now)
-        waiting = sum(1 for p in self.known if p not in self.neighbors and p != self.own_id
-                      and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now)
+        waiting = sum(1 for p in self.known if self._dialable(p, now))
         idle = self.idle(now)
         gone = [p for p in idle if not self.neighbors[p].score.outbound or self._never_delivered(p)]
         gone += [p for p in idle if p not in gone][:waiting]
@@ -450,8 +449,7 @@ class Mesh:
             for p, t in self.retry_at.items():
                 if t > soon:
                     self.retry_at[p] = soon
-        ok = [p for p in self.known if p not in self.neighbors and p not in busy and p != self.own_id
-              and self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now]
+        ok = [p for p in self.known if self._dialable(p, now, busy)]
         first = [p for p in ok if p in self.anchors] if self.outbound() < self.params.out_quota else []
         first += [p for p in ok if p in self.initial and p not in first] if not self.neighbors else []
         rest = [p for p in ok if p not in first]
@@ -466,14 +464,17 @@ class Mesh:
         (pruned back to D later, the idle first)."""
         if not self.starving() or len(self.neighbors) >= self.params.max_degree + self.params.out_quota:
             return []
-        def due(p: str) -> bool:
-            return p in self.known and p not in self.neighbors and p not in busy and \
-                self.retry_at.get(p, 0.0) <= now and self.benched.get(p, 0.0) <= now
-        picked = [p for p in self.initial if due(p)][:1]  # unreachable ones must not take every dial
-        picked += [p for p in self.producers if due(p) and p not in picked][:self.params.out_quota - len(picked)]
+        picked = [p for p in self.initial if self._dialable(p, now, busy)][:1]  # unreachable ones: not every dial
+        picked += [p for p in self.producers if self._dialable(p, now, busy) and p not in picked][
+            :self.params.out_quota - len(picked)]
         for p in picked:
             self.producers.pop(p, None)
         return [(p, self.known[p]) for p in picked]
+
+    def _dialable(self, peer: str, now: float, busy: set[str] = frozenset()) -> bool:
+        """A known candidate we may dial now: not us, not a neighbour, not being dialled, retry due, not benched."""
+        return peer in self.known and peer != self.own_id and peer not in self.neighbors and peer not in busy \
+            and self.retry_at.get(peer, 0.0) <= now and self.benched.get(peer, 0.0) <= now
 
     def keepalive_due(self, now: float) -> list[str]:
         return [p for p, n in self.neighbors.items() if n.sent_at < now - self.params.ttl_s / 3]

@@ -203,8 +203,7 @@ class HivemindTransport:
                                          cache_locally=False, cache_nearest=0, cache_on_store=False)
         cap_dictionary_values(self._dht, MAX_BUCKET_ENTRIES)
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
-        params = MeshParams.for_peers(self._mesh_k, self.cfg.record_ttl_s, self.cfg.max_packet_bytes,
-                                      max(self.cfg.staleness, self.cfg.max_lag))
+        params = MeshParams.for_config(self._mesh_k, self.cfg)
         initial = {str(pid): [str(maddr)] for pid, maddr in self._initial if str(pid) != self._peer_id}
         mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest,
                     anchors=load_anchors(self._anchors_path))

@@ -129,8 +129,7 @@ class MemoryTransport:
         self._offers = Offers(self.cfg.max_offers)
         self._round = self._policy_version = 0
         self._delivery = Delivery()
-        params = MeshParams.for_peers(self.cfg.min_peers, self.cfg.record_ttl_s, self.cfg.max_packet_bytes,
-                                      max(self.cfg.staleness, self.cfg.max_lag))
+        params = MeshParams.for_config(self.cfg.min_peers, self.cfg)
         self._mesh = Mesh(peer_id, self.cfg.run_id, protocol, params, manifest=manifest)
         self._stats = {"bytes_in": 0, "packets_in": 0, "fetch_failures": 0, "fetch_not_found": 0,
                        "fetch_oversize": 0, "digest_mismatches": 0, "fetch_timeouts": 0, "announces_sent": 0}

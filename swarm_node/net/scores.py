@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarm_node.config import SwarmConfig
 from swarm_node.fsutil import write_json_atomic
 from swarm_node.net import PeerInfo
 from swarm_node.net.reach import observed_ip
@@ -103,6 +104,11 @@ class MeshParams:
         d = fanout(k)
         return cls(d, d + 2, ttl_s, max_packet_bytes, out_quota=2, idle_rounds=5, idle_s=5.0, per_subnet=2,
                    offer_rounds=offer_rounds)
+
+    @classmethod
+    def for_config(cls, k: int, cfg: SwarmConfig) -> MeshParams:
+        """A node's mesh for k packets a round under `cfg`: its record ttl, packet size limit and fetch window."""
+        return cls.for_peers(k, cfg.record_ttl_s, cfg.max_packet_bytes, max(cfg.staleness, cfg.max_lag))
 
 
 @dataclass
