@@ -1,6 +1,7 @@
 """Issue 27's eclipse campaign with real processes: live Sybils (swarm_node/harness/sybils.py) against an
 honest pair V + H, both join orders, several trials, beside no-attack baselines; `--kind liar`: Sybils that
-offer made-up packets (a producer's look, until fetched); `--kind wrongkeep`: Sybils that deliver valid
+offer made-up packets (a producer's look, until fetched); `--kind busy`: Sybils that offer made-up packets
+and answer every fetch `busy` (never found out by a fetch); `--kind wrongkeep`: Sybils that deliver valid
 packets of all-wrong groups instead (red team 2).
 
 Every node is a real `swarm-node join` process on 127.0.0.1 at the project defaults for tiny-s
@@ -90,10 +91,12 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         sybil_ids: list[str] = []
 
         def sybils() -> None:
-            if kind in ("empty", "liar"):  # k hosts in one process that never deliver (liar: offer made-up packets)
+            if kind in ("empty", "liar", "busy"):  # k hosts in one process that never deliver (liar: offer made-up
+                #   packets; busy: offer them and answer every fetch `busy`)
                 s = NodeProcess([sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(k), "--peers",
                                  v.address(), "--run-id", run, "--model", model, "--seconds", "1500",
-                                 "--summary", str(tmp / "sybils.json"), *(["--lie"] if kind == "liar" else [])],
+                                 "--summary", str(tmp / "sybils.json"),
+                                 *([f"--{kind}"] if kind in ("liar", "busy") else [])],
                                 log=tmp / "sybils.log")
                 procs.append(pinned(s, sybil_cores).start())
                 sybil_ids.extend(s.wait_line("SYBILS ", 300).split()[1:])
@@ -183,7 +186,8 @@ def main() -> int:
     ap.add_argument("--k", nargs="+", type=int, default=[6, 16])
     ap.add_argument("--orders", nargs="+", default=["sybils-first", "honest-first"])
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--kind", default="empty", help="empty (never deliver), liar (offer packets nobody serves) or "
+    ap.add_argument("--kind", default="empty", help="empty (never deliver), liar (offer packets nobody serves), busy "
+                                                     "(offer them, answer every fetch busy) or "
                                                      "a poisoner kind that delivers (wrongkeep)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--results", default=str(RESULTS))

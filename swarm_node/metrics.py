@@ -54,6 +54,8 @@ STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread 
 PEERS_GRAYLISTED = "swarm/peers_graylisted"  # peers ignored for a while: over their stream rate too often
 MESH_OUTBOUND, MESH_CREDITED = "swarm/mesh_outbound", "swarm/mesh_credited"  # neighbours we dialled; that
 #   delivered an accepted packet within idle_rounds (net/scores.py), at the round's end
+KNOCKER_TURNS = "swarm/knocker_turns"  # starving: peers we had no slot for, fetched from in turn (net/knockers.py)
+KNOCKERS_PROVEN = "swarm/knockers_proven"  # of those, the ones whose packets a step took (then dialled first)
 REJECTED_PREFIX = "swarm/rejected/"  # + reason
 PEER_PREFIX = "peer/"  # group statistics of the peer groups used, e.g. peer/reward/mean
 

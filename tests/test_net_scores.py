@@ -15,7 +15,8 @@ import pytest
 from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
 from swarm_node.net.announce import STARVING_BENCH_S, Mesh
-from swarm_node.net.scores import MeshParams, subnet_of
+from swarm_node.net.knockers import TRIAL_FETCH_S, TRIAL_S
+from swarm_node.net.scores import MeshParams, best_outbound, subnet_of
 from swarm_node.status import read_status
 
 ADDR = ["/ip4/127.0.0.1/tcp/1"]
@@ -216,24 +217,27 @@ def test_a_starving_node_admits_a_knocking_producer_at_once_and_keeps_it_from_li
     far = _ann(3 + mesh.params.offer_rounds + 1, offers="f")  # an offer we would never fetch proves nothing
     assert mesh.receive("QmFar", far, 30.0)["status"] == "full"
     assert mesh.receive("QmLiar", _ann(3, offers="a"), 30.0)["status"] == "ok"  # offers: a silent one yields
-    mesh.offer_failed("QmLiar")  # its offer came back not found
+    mesh.fetched("QmLiar", "not_found")  # its offer came back not found
     assert mesh.receive("QmH", _ann(3, offers="b"), 30.0)["status"] == "ok"
     for i in range(6):  # more producers knock, fake or not: they take the silent and lying slots, never H's
         mesh.receive(f"QmP{i}", _ann(3, offers="c"), 30.0)
     assert "QmH" in mesh.neighbors and "QmLiar" not in mesh.neighbors and len(mesh.neighbors) == 4
     assert not any(s in mesh.neighbors for s in SYBILS)
-    mesh.offer_failed("QmH")  # an honest race: its packet was gone when fetched ...
+    mesh.fetched("QmH", "not_found")  # an honest race: its packet was gone when fetched ...
     mesh.credit("QmH", 31.0)  # ... and the next one came: a producer again, and we are fed
     assert not mesh.starving() and mesh.offering("QmH")
     assert mesh.receive("QmLate", _ann(3, offers="d"), 31.0)["status"] == "full"  # a fed node keeps its neighbours
 
 
-def test_a_starving_node_dials_its_initial_peers_then_peers_that_knocked_offering_packets_even_when_full():
+def test_a_starving_node_fetches_from_knockers_in_turn_and_dials_its_initial_peers_and_those_that_delivered():
     """64 Sybils filled the honest peer's slots too (inbound, and those it picked from their peer
-    exchange), so it was never short, never dialled, and never met the victim again. Starving, a
-    node dials one initial peer and the peers that knocked offering packets while it was full (in
-    the order they first knocked, each once: knocking again does not jump the queue), out_quota at
-    a time, whether or not it is short, and never more than out_quota beyond max_degree; fed, nobody."""
+    exchange), so it was never short, never dialled, and never met the victim again; and 256 Sybil ids
+    that knocked offering packets and answered our dial `ok` held every rescue slot (red team,
+    session 13). Starving, a node fetches from the peers that knocked offering packets while it was
+    full, TRIALS at a time in the order they first knocked (knocking again does not jump the queue),
+    each turn ended by one fetch, whatever its outcome, or by TRIAL_S; it dials one initial peer and
+    the knockers whose packets it took, whether or not it is short, never one that only offered, and
+    never more than out_quota beyond max_degree; fed, nobody."""
     mesh = Mesh("QmV", "r", 1, _params(), initial={"QmBoot": ADDR}, rng=random.Random(0))
     mesh.measuring = True
     mesh.set_own("m", "t", 1, 1, [], ADDR)
@@ -242,28 +246,108 @@ def test_a_starving_node_dials_its_initial_peers_then_peers_that_knocked_offerin
     for s in SYBILS[4:]:  # and two we dialled ourselves: full
         mesh.on_reply(s, {"status": "ok", **_ann(1)}, 10.0)
     mesh.on_reply("QmBoot", {"status": "full", "peers": []}, 10.0)  # the bootstrap node was full once
-    for p in ("QmH", "QmH2", "QmH3", "QmLiar"):  # refused (full): remembered as producers, in this order
+    for p in ("QmH", "QmH2", "QmH3", "QmLiar", "QmH5"):  # refused (full): knockers, in this order
         mesh.receive(p, _ann(1, offers="b"), 10.0)
-    mesh.offer_failed("QmLiar")
-    mesh.receive("QmH3", _ann(1, offers="b"), 10.1)  # knocking again does not move it ahead
-    assert list(mesh.producers) == ["QmH", "QmH2", "QmH3"] and len(mesh.neighbors) == 6 and not mesh.short()
-    assert mesh.rescue(10.0) == []  # not starving yet
+    mesh.receive("QmQuiet", _ann(1), 10.0)  # offers nothing: not a knocker
+    mesh.receive("QmH3", _ann(1, offers="c"), 10.1)  # knocking again does not move it ahead
+    assert list(mesh.knockers.queue) == ["QmH", "QmH2", "QmH3", "QmLiar", "QmH5"] and len(mesh.neighbors) == 6
+    assert mesh.trials(10.0) == [] and mesh.rescue(10.0) == []  # not starving yet
     mesh.set_own("m", "t", 3, 1, [], ADDR)
     assert mesh.starving() and not mesh.short()
-    assert [p for p, _ in mesh.rescue(10.5)] == ["QmH", "QmH2"]  # the bootstrap node's "full" retry is not due
-    assert [p for p, _ in mesh.rescue(10.6)] == ["QmH3"]  # each dialled once
-    assert [p for p, _ in mesh.rescue(25.0)] == ["QmBoot"]
-    for p in ("QmH", "QmH2"):
+    assert [i.peer_id for i in mesh.trials(10.5)] == ["QmH", "QmH2", "QmH3", "QmLiar"]  # TRIALS at a time
+    assert mesh.fetch_timeout("QmH2", 10.0) == TRIAL_FETCH_S and mesh.fetch_timeout(SYBILS[0], 10.0) == 10.0
+    assert mesh.rescue(10.5) == []  # nobody proven, and the bootstrap node's "full" retry is not due
+    mesh.fetched("QmLiar", "not_found")
+    mesh.fetched("QmH2", "busy")
+    mesh.fetched("QmH", "ok")  # its turn is over; the step takes its packet:
+    mesh.credit("QmH", 11.0)
+    assert mesh.starving()  # a knocker's packet proves it, and does not make the neighbours any better
+    assert [i.peer_id for i in mesh.trials(11.0)] == ["QmH3", "QmH5"]
+    assert [p for p, _ in mesh.rescue(11.0)] == ["QmH"]  # the proven knocker, never the others
+    assert [i.peer_id for i in mesh.trials(10.5 + TRIAL_S)] == ["QmH5"]
+    assert mesh.trials(11.0 + TRIAL_S) == [] and not mesh.knockers.queue  # a turn without a packet: out
+    assert [p for p, _ in mesh.rescue(25.0)] == ["QmBoot", "QmH"]
+    for p in ("QmBoot", "QmH"):
         mesh.on_reply(p, {"status": "ok", **_ann(3, offers="c")}, 25.0)  # admitted beyond max_degree ...
-    assert len(mesh.neighbors) == 8 and mesh.neighbors["QmH2"].score.outbound
+    assert len(mesh.neighbors) == 8 and mesh.neighbors["QmH"].score.outbound and "QmH" not in mesh.knockers.proven
     mesh.receive("QmH4", _ann(3, offers="b"), 25.0)
     assert mesh.rescue(26.0) == []  # ... out_quota beyond it at most
-    mesh.credit("QmH2", 26.0)
-    assert not mesh.starving() and mesh.rescue(26.0) == []
+    mesh.credit("QmH", 26.0)
+    assert not mesh.starving() and mesh.rescue(26.0) == [] and mesh.trials(26.0) == []
     mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)
-    mesh.credit("QmH2", 27.0)
+    mesh.credit("QmH", 27.0)
     mesh.prune(27.0)  # ... and the idle ones are pruned back to D: the producer that delivered stays
-    assert "QmH2" in mesh.neighbors and len(mesh.neighbors) == mesh.params.degree
+    assert "QmH" in mesh.neighbors and len(mesh.neighbors) == mesh.params.degree
+
+
+def test_a_knocker_gets_one_turn_per_knock_only_while_its_announcement_is_fresh():
+    """A Sybil serving junk fast must not take turn after turn ahead of the honest peer, and an honest
+    peer must not lose its turn to its own offer gone stale: a turn ends with the first fetch, whatever
+    its outcome; the knocker re-enters at the back when it knocks again; stale announcements wait."""
+    from swarm_node.net import PeerInfo
+    from swarm_node.net.knockers import FRESH_S, TRIALS, Knockers
+
+    def info(p):
+        return PeerInfo(peer_id=p, model_id="m", tokenizer="t", round=1, policy_version=1, offers=[], protocol=1, updated_at=0.0)
+
+    def turn(k, now):
+        return [i.peer_id for i in k.turn(now, lambda p, i: True)]
+
+    k = Knockers()
+    for i in range(TRIALS + 1):
+        k.knocked(f"QmS{i}", info(f"QmS{i}"), 0.0)
+    k.knocked("QmH", info("QmH"), 1.0)
+    assert turn(k, 1.0) == [f"QmS{i}" for i in range(TRIALS)]
+    for i in range(TRIALS):
+        k.fetched(f"QmS{i}", ok=True)  # junk served fast: a packet no step takes
+        k.knocked(f"QmS{i}", info(f"QmS{i}"), 1.1)  # and knocking again at once
+    assert turn(k, 1.2) == [f"QmS{TRIALS}", "QmH", "QmS0", "QmS1"]  # behind the honest peer now
+    k.fetched("QmH", ok=True)
+    k.delivered("QmH")  # its packet taken: proven, fetched from while its announcement is fresh
+    assert "QmH" not in turn(k, 1.3)  # (its announcement was read: it knocks again for a new one)
+    k.knocked("QmH", info("QmH"), 2.0)
+    assert "QmH" in turn(k, 2.0) and "QmH" not in turn(k, 2.0 + FRESH_S + 0.1)
+    k.knocked("QmLate", info("QmLate"), 10.0)
+    k.forget(f"QmS{TRIALS}")
+    assert turn(k, 10.0 + FRESH_S + 0.1) == [] and "QmLate" in k.queue  # stale: waits for its next knock
+
+
+def test_knockers_of_one_subnet_take_one_turn_at_a_time_and_cannot_push_another_subnets_out_of_the_queue():
+    """An attacker reading knockers.py: more than MAX_KNOCKERS ids knocking after the honest peer pushed
+    it out of the queue (oldest first knock first out) before its turn came. Ids of one subnet now
+    take one turn at a time, and a full queue loses the oldest knocker of its largest subnet."""
+    from swarm_node.net import PeerInfo
+    from swarm_node.net.knockers import MAX_KNOCKERS, TRIALS, Knockers
+
+    def info(p):
+        return PeerInfo(peer_id=p, model_id="m", tokenizer="t", round=1, policy_version=1, offers=[], protocol=1,
+                        updated_at=0.0)
+
+    k = Knockers()
+    k.knocked("QmS0", info("QmS0"), 0.0, "203.0.113.0/24")
+    k.knocked("QmH", info("QmH"), 0.0, "198.51.100.0/24")
+    for i in range(1, 2 * MAX_KNOCKERS):
+        k.knocked(f"QmS{i}", info(f"QmS{i}"), 0.1, "203.0.113.0/24")
+    assert "QmH" in k.queue and len(k.queue) == MAX_KNOCKERS
+    assert [i.peer_id for i in k.turn(1.0, lambda p, i: True)] == ["QmH", f"QmS{MAX_KNOCKERS + 1}"]  # one a subnet
+    k.knocked("QmL1", info("QmL1"), 1.0)  # loopback and private addresses: not limited
+    k.knocked("QmL2", info("QmL2"), 1.0)
+    assert len(k.turn(1.0, lambda p, i: True)) == TRIALS
+
+
+@pytest.mark.parametrize("kind", ["busy", "stall"])
+def test_hundreds_of_sybil_ids_whose_offers_no_fetch_finds_out_do_not_keep_the_honest_producer_out(kind, monkeypatch):
+    """Red team, session 13: 256 Sybil ids that knocked first offering packets, answered every fetch
+    `busy` (or stalled it) and answered the victim's dials `ok` held its rescue slots 2 rounds each;
+    the honest producer never got in (0 of its rounds). Simulated (harness/eclipse_sim.py: a real
+    Mesh, the driver's tick, an adaptive attacker) with 128 ids for 300 s: with knockers fetched from
+    in turn, the victim takes H's packets in nearly every round once H exists; without, in none."""
+    from swarm_node.harness.eclipse_sim import run
+
+    res = run(kind, "ok", n_sybils=128, seconds=300.0, h_start=60.0, seed=0)
+    assert res["rounds_with_H"] >= 0.9 * res["rounds"] and res["max_neighbours"] <= res["max_degree"] + 2
+    monkeypatch.setattr(Mesh, "trials", lambda self, now: [])
+    assert run(kind, "ok", n_sybils=128, seconds=300.0, h_start=60.0, seed=0)["rounds_with_H"] == 0
 
 
 def test_an_offer_not_made_good_within_a_round_protects_nobody():
@@ -439,16 +523,16 @@ def test_anchors_are_dialled_first_once_and_the_best_outbound_neighbours_become_
 
     mesh.on_reply("QmB", {"status": "ok", **_ann()}, 0.0)  # a second outbound neighbour, and an inbound one
     mesh.receive("QmIn", _ann(), 0.0)
-    assert mesh.best_outbound() == {}  # nobody delivered yet
+    assert best_outbound(mesh.neighbors, mesh.params.out_quota) == {}  # nobody delivered yet
     for _ in range(3):
         mesh.credit("QmB", 1.0)
         mesh.credit("QmIn", 1.0)
     mesh.credit("QmA2", 1.0)
-    assert list(mesh.best_outbound()) == ["QmB", "QmA2"]  # outbound only, most credits first
+    assert list(best_outbound(mesh.neighbors, mesh.params.out_quota)) == ["QmB", "QmA2"]  # outbound only, most credits first
 
     path = tmp_path / "id.key.anchors"
-    save_anchors(path, mesh.best_outbound())
-    assert load_anchors(path) == mesh.best_outbound()
+    save_anchors(path, best_outbound(mesh.neighbors, mesh.params.out_quota))
+    assert load_anchors(path) == best_outbound(mesh.neighbors, mesh.params.out_quota)
     for broken in ("{not json", "[" * 100_000, '{"peer": 1}', '[{"peer": "QmX", "addrs": "x"}]'):
         path.write_text(broken)
         assert load_anchors(path) == {}, broken[:20]

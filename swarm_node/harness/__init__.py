@@ -15,6 +15,8 @@
     poisoner.py     `python -m swarm_node.harness.poisoner`: packets that pass every check and un-teach
                     (tests/test_poisoning.py, bench/poisoning.py, bench/redteam_*.py);
     poison_kinds.py the groups of its red-team matrix kinds (bench/redteam_matrix.py)
+    sybils.py       `python -m swarm_node.harness.sybils`: k live Sybil ids in one process (bench/redteam_eclipse.py)
+    eclipse_sim.py  the same eclipse with hundreds of ids against a real `Mesh`, time-stepped in-process
 
 Programs here learn about a node only from the files it writes in its --out directory and its
 output. This layer sits above node.py and below commands/: it must not import commands/. Nothing

@@ -3,7 +3,8 @@
 Each Sybil speaks the protocol and cheats the mesh as issue 27's red team did: it announces
 `degree: 0`, takes every peer that dials it, never prunes or evicts, dials every peer it learns,
 names the other Sybils in peer exchange (they know each other from the start) and announces the
-victims' round and model, but never offers a packet (with `--lie`: offers one nobody serves). An honest node should give such a neighbour
+victims' round and model, but never offers a packet (with `--lie`: offers one nobody serves; with
+`--busy`: offers one and answers every fetch `busy`, so no fetch ever finds it out). An honest node should give such a neighbour
 no lasting slot (it credits only neighbours that deliver, `net/scores.py`) and keep its honest
 neighbours however many Sybils knock. Used by bench/redteam_eclipse.py.
 
@@ -27,6 +28,8 @@ from swarm_node.config import SwarmConfig
 from swarm_node.fsutil import write_json_atomic
 from swarm_node.harness.hostile import PublicModel
 from swarm_node.net.announce import Mesh
+from swarm_node.net.fetch import PacketServer, refuse_stream
+from swarm_node.net.records import STATUS_BUSY, encode_frame
 
 
 class SybilMesh(Mesh):
@@ -57,6 +60,13 @@ class SybilMesh(Mesh):
         return 64
 
 
+class BusyServer(PacketServer):
+    """Answers every fetch `busy`: an offer that is never found out to be false (red team, session 13)."""
+
+    async def handle(self, reader, writer, peer: object = None) -> None:
+        refuse_stream(writer, encode_frame({"status": STATUS_BUSY}))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="Sybil peer ids (one p2pd each)")
@@ -69,8 +79,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=900)
     ap.add_argument("--summary", default=None)
     ap.add_argument("--lie", action="store_true", help="offer a made-up packet in every announcement")
+    ap.add_argument("--busy", action="store_true", help="offer a made-up packet and answer every fetch `busy`")
     args = ap.parse_args()
-    SybilMesh.lie = args.lie
+    SybilMesh.lie = args.lie or args.busy
+    if args.busy:
+        hivemind_transport.PacketServer = BusyServer
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     hivemind_transport.Mesh = SybilMesh  # every transport of this process builds a Sybil mesh
     sybils, summary = [], {"k": args.k, "ids": [], "rounds": {}}

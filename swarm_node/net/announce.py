@@ -13,6 +13,8 @@ latest announcements from memory instead of polling the DHT.
                  simulation and libp2p transport share it)
     MeshDriver   (driver.py) the libp2p side's background work: push on offer, keepalive, dial
                  candidates while short of neighbors, read DHT membership when out of candidates
+    Knockers     (knockers.py) peers answered "full" that offered packets: a starving node fetches
+                 from them without a slot, and dials first those whose packets it took
 
 Who may be a neighbor: a peer whose announcement passes `Mesh.judge` (same run and packet
 protocol; if it offers anything, at least one offer we would fetch), while we have fewer than
@@ -31,8 +33,10 @@ import time
 from collections import Counter, OrderedDict
 
 from swarm_node.net import PeerInfo
-from swarm_node.net.records import (MAX_PX, STATUS_FULL, STATUS_OK, STATUS_REFUSED, Announcement, RecordError,
-                                    make_announcement, parse_announcement, parse_peer_exchange)
+from swarm_node.net.fetch import MISMATCH, OVERSIZE
+from swarm_node.net.knockers import TRIAL_FETCH_S, Knockers
+from swarm_node.net.records import (MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED, Announcement,
+                                    RecordError, make_announcement, parse_announcement, parse_peer_exchange)
 from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, STARVING_ROUNDS, MeshParams, Neighbor, Score,
                                    subnet_of, yielding)
 
@@ -44,6 +48,7 @@ FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10,
 STARVING_BENCH_S = 10.0  # what a starving node evicts is refused this long only: it may be an honest peer restarting
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
+FALSE_OFFER = (STATUS_NOT_FOUND, MISMATCH, OVERSIZE)  # fetch outcomes that show an offer was not what it said
 
 
 class Mesh:
@@ -73,7 +78,7 @@ class Mesh:
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
         self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
-        self.producers: OrderedDict[str, None] = OrderedDict()  # refused peers whose announcement offered packets
+        self.knockers = Knockers()  # refused peers whose announcement offered packets: tried by fetch while starving
         self.false_offers: OrderedDict[str, None] = OrderedDict()  # peers an offer of which we failed to fetch
         self._counted: set[tuple[str, str]] = set()
 
@@ -134,6 +139,7 @@ class Mesh:
             n.info, n.seq = ann.info, ann.seq
         for table in (self.failures, self.fulls, self.retry_at):
             table.pop(peer, None)
+        self.knockers.forget(peer)
         self.learn([(peer, n.addrs)] + ann.peers)
 
     def drop(self, peer: str) -> None:
@@ -185,8 +191,8 @@ class Mesh:
             self.neighbors[peer].sent_at = now
             return {"status": STATUS_OK, **self.announcement(to=peer)}
         self.learn([(peer, ann.addrs)] + ann.peers)  # a candidate: it may take an idle neighbor's slot
-        if self.offering(peer, ann.info.offers) and peer not in self.producers:  # a starving node dials them, oldest
-            self._remember(self.producers, peer)  # first: knocking again does not move a peer ahead of the others
+        if self.offering(peer, ann.info.offers):  # a starving node fetches from them (oldest first knock first)
+            self.knockers.knocked(peer, ann.info, now, group)
         self.refused["full"] += 1
         return {"status": STATUS_FULL, "peers": self.sample(exclude=peer)}
 
@@ -225,18 +231,29 @@ class Mesh:
         return peer not in self.false_offers and any(abs(o[0] - self.round) <= self.params.offer_rounds
                                                      and o[1] not in ours for o in offers)
 
-    def offer_failed(self, peer: str) -> None:
-        """A fetch of an offer `peer` announced came back not found, mismatched or oversize: until it
-        delivers, it counts as offering nothing (a slot is no longer kept for it, nor dialled first)."""
-        self._remember(self.false_offers, peer)
-        self.producers.pop(peer, None)
+    def fetched(self, peer: str, reason: str) -> None:
+        """A fetch from `peer` ended with `reason` ("ok", or why not). A neighbour's offer that came back
+        not found, mismatched or oversize counts as offering nothing until it delivers (its slot is
+        no longer kept for it); a knocker's turn is over (`Knockers.fetched`)."""
+        if peer not in self.neighbors:
+            self.knockers.fetched(peer, ok=reason == "ok")
+        elif reason in FALSE_OFFER:
+            self.false_offers[peer] = self.false_offers.pop(peer, None)  # newest last, MAX_KNOWN at most
+            while len(self.false_offers) > MAX_KNOWN:
+                self.false_offers.popitem(last=False)
 
-    @staticmethod
-    def _remember(table: OrderedDict[str, None], peer: str) -> None:  # newest last, at most MAX_KNOWN
-        table.pop(peer, None)
-        table[peer] = None
-        if len(table) > MAX_KNOWN:
-            table.popitem(last=False)
+    def trials(self, now: float) -> list[PeerInfo]:
+        """Starving, the knockers to fetch from as if they were neighbours (`Knockers.turn`): a packet
+        proves a producer without giving it a slot first (bench/eclipse_sim.py)."""
+        if not self.starving():
+            self.knockers.pause()
+            return []
+        return self.knockers.turn(now, lambda p, info: p not in self.neighbors and self.benched.get(p, 0.0) <= now
+                                  and self.offering(p, info.offers))
+
+    def fetch_timeout(self, peer: str, timeout: float) -> float:
+        """A fetch from a knocker on trial times out sooner: a stalling Sybil holds a fetch slot no longer."""
+        return min(timeout, TRIAL_FETCH_S) if peer not in self.neighbors and self.knockers.on_trial(peer) else timeout
 
     def group_of(self, peer: str, addr: str | None) -> str | None:
         """What `peer`, connected from `addr` (the transport's view, never a claim), counts in for the
@@ -251,12 +268,6 @@ class Mesh:
         limit = max(self.params.per_subnet, self.params.max_degree // 2) if group.startswith("relay:") \
             else self.params.per_subnet
         return sum(n.group == group for n in self.neighbors.values()) >= limit
-
-    def best_outbound(self) -> dict[str, list[str]]:
-        """The anchors to save: up to out_quota neighbours we dialled that delivered, most credits first."""
-        delivered = [(n.score.credits, p) for p, n in self.neighbors.items()
-                     if n.score.outbound and n.score.credits > 0 and n.addrs]
-        return {p: self.neighbors[p].addrs for _, p in sorted(delivered, reverse=True)[:max(1, self.params.out_quota)]}
 
     def starving(self) -> bool:
         """We credit packets (an exchange runs) and no neighbour delivered a packet we took in the
@@ -343,7 +354,9 @@ class Mesh:
         self.measuring = True
         self.false_offers.pop(peer, None)
         n = self.neighbors.get(peer)
-        if n is not None and not taken:
+        if n is None and taken:
+            self.knockers.delivered(peer)  # a knocker on trial: proven, dialled first
+        elif n is not None and not taken:
             n.score.alive_round, n.score.alive_t = self.round, now
         elif n is not None:
             n.score.credits += 1
@@ -457,18 +470,15 @@ class Mesh:
         return [(p, self.known[p]) for p in picked]
 
     def rescue(self, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
-        """Starving, the peers to dial even while our slots are full (of Sybils that dialled first, and of
-        those we picked from their peer exchange): one initial peer we were told to join through, and
-        the peers that knocked offering packets, in the order they first knocked, each dialled once;
-        out_quota at a time, and none while out_quota neighbours beyond max_degree are ours already
-        (pruned back to D later, the idle first)."""
+        """Starving, the peers to dial even while our slots are full (of Sybils): one initial peer, and the
+        knockers whose packets we took without a slot (`trials`), newest first; out_quota at a time,
+        and none while out_quota neighbours beyond max_degree are ours (pruned back to D later). One
+        that only offered is never dialled: 256 Sybil ids that answered `ok` held these slots."""
         if not self.starving() or len(self.neighbors) >= self.params.max_degree + self.params.out_quota:
             return []
         picked = [p for p in self.initial if self._dialable(p, now, busy)][:1]  # unreachable ones: not every dial
-        picked += [p for p in self.producers if self._dialable(p, now, busy) and p not in picked][
+        picked += [p for p in reversed(self.knockers.proven) if self._dialable(p, now, busy) and p not in picked][
             :self.params.out_quota - len(picked)]
-        for p in picked:
-            self.producers.pop(p, None)
         return [(p, self.known[p]) for p in picked]
 
     def _dialable(self, peer: str, now: float, busy: set[str] = frozenset()) -> bool:

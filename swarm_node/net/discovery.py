@@ -34,7 +34,7 @@ from swarm_node.net.records import (ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_ME
                                     MEMBER_BUCKETS, Member, RecordError, make_member_record, member_bucket, member_key,
                                     parse_member_record, parse_record, record_key, send_announcement,
                                     serve_announcement)
-from swarm_node.net.scores import PeerLimiter, TokenBucket, save_anchors
+from swarm_node.net.scores import PeerLimiter, TokenBucket, best_outbound, save_anchors
 
 logger = logging.getLogger(__name__)
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
@@ -292,7 +292,7 @@ class PushDiscovery:
     def credit(self, peer: str, useful: bool, taken: bool = True) -> None:
         """`peer` delivered a packet we took (`Mesh.credit`); the anchors file follows the best outbound neighbours."""
         self.mesh.credit(peer, time.time(), useful, taken)
-        best = self.mesh.best_outbound()
+        best = best_outbound(self.mesh.neighbors, self.mesh.params.out_quota)
         if self.anchors_path is not None and best and best != self.anchors:
             try:
                 save_anchors(self.anchors_path, best)
@@ -366,10 +366,12 @@ class PushDiscovery:
             writer.close()
 
     def gauges(self) -> dict[str, int]:
-        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately;
-        plain ints and a copy: safe to read from another thread."""
+        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately, knockers
+        fetched from while starving and those whose packets we took; plain ints and a copy: safe to read
+        from another thread."""
         scores = list(self.mesh.scores().values())
         return {"neighbors_evicted": self.mesh.evicted_total, "mesh_outbound": sum(s["outbound"] for s in scores),
+                "knocker_turns": self.mesh.knockers.tried, "knockers_proven": self.mesh.knockers.delivered_total,
                 "mesh_credited": sum(s["credits"] > 0 and s["rounds_idle"] < self.mesh.params.idle_rounds
                                      for s in scores)}
 

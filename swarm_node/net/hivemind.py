@@ -331,7 +331,7 @@ class HivemindTransport:
 
         async def run() -> Collected:
             got = await collect_offers(
-                self._apeers, self._afetch, limits, self._delivery,
+                lambda t: self._apeers(t, trials=True), self._afetch, limits, self._delivery,
                 wanted=lambda r: oldest <= r <= newest, min_count=min_peers, deadline_s=deadline_s, oldest=oldest,
                 newest=newest, keep=lambda p: p.protocol == self.protocol)
             if self._push is not None:
@@ -392,9 +392,9 @@ class HivemindTransport:
                              self._policy_version, self._offers.announced(), time.time())
         await self._directory.store(record, self.cfg.record_ttl_s)
 
-    async def _apeers(self, timeout: float) -> list[PeerInfo]:
-        if self._push is not None:
-            return self._push.mesh.infos()  # local: announcements arrive on their own
+    async def _apeers(self, timeout: float, trials: bool = False) -> list[PeerInfo]:
+        if self._push is not None:  # local: announcements arrive on their own; starving, knockers on trial too
+            return self._push.mesh.infos() + (self._push.mesh.trials(time.time()) if trials else [])
         return await self._directory.lookup(timeout)
 
     def _own(self) -> dict:
@@ -472,6 +472,7 @@ class HivemindTransport:
                 raise SwarmError(f"a stream to {peer_id} reached {info.peer_id}")
             return reader, writer
 
+        timeout = self._push.mesh.fetch_timeout(peer_id, timeout) if self._push is not None else timeout
         try:
             data, reason = await asyncio.wait_for(download_packet(stream_to_peer, download), max(0.01, timeout))
         except asyncio.TimeoutError:
@@ -484,6 +485,8 @@ class HivemindTransport:
         return data, reason
 
     def _count_fetch(self, peer_id: str, digest: str, data: bytes | None, reason: str, declared: bool) -> None:
+        if self._push is not None:  # a neighbour's false offer costs it its slot; a knocker's turn ends
+            self._push.mesh.fetched(peer_id, "ok" if data is not None else reason)
         if data is not None:
             self._stats["bytes_in"] += len(data)
             self._stats["packets_in"] += 1
@@ -491,8 +494,6 @@ class HivemindTransport:
         self._stats["fetch_failures"] += 1
         if reason in FAILURE_STATS:
             self._stats[FAILURE_STATS[reason]] += 1
-        if reason in (STATUS_NOT_FOUND, MISMATCH, OVERSIZE) and self._push is not None:
-            self._push.mesh.offer_failed(peer_id)  # it offered what it does not serve: no producer's slot for it
         if reason == MISMATCH or (reason == OVERSIZE and declared):
             logger.warning("peer %s served %s for %s; ignoring that offer", peer_id,
                            "bytes that do not match" if reason == MISMATCH else "more bytes than it announced", digest)

@@ -172,8 +172,10 @@ class MemoryTransport:
         self._check_running()
         self._fill()
 
-        async def list_peers(timeout: float) -> list[PeerInfo]:
-            return self.peers()
+        async def list_peers(timeout: float) -> list[PeerInfo]:  # starving, knockers on trial too
+            with self.network.lock:
+                trials = [dataclasses.replace(i, offers=list(i.offers)) for i in self._mesh.trials(time.time())]
+            return self.peers() + trials
 
         limits = dataclasses.replace(CollectLimits.from_config(self.cfg), poll_s=LOCAL_POLL_S)
         got = asyncio.run(collect_offers(
@@ -272,11 +274,13 @@ class MemoryTransport:
         else:
             self._stats["bytes_in"] += len(data)
             self._stats["packets_in"] += 1
+            with self.network.lock:
+                self._mesh.fetched(peer_id, "ok")
             return data, "ok"
         self._stats["fetch_failures"] += 1
         self._stats[{STATUS_NOT_FOUND: "fetch_not_found", OVERSIZE: "fetch_oversize"}.get(reason, "digest_mismatches")] += 1
         if reason != STATUS_NOT_FOUND:
             self.distrust(peer_id, digest)
         with self.network.lock:
-            self._mesh.offer_failed(peer_id)
+            self._mesh.fetched(peer_id, reason)
         return None, reason

@@ -140,6 +140,12 @@ def load_anchors(path: Path | None) -> dict[str, list[str]]:
     return anchors
 
 
+def best_outbound(neighbors: dict[str, Neighbor], out_quota: int) -> dict[str, list[str]]:
+    """The anchors to save: up to out_quota neighbours we dialled that delivered, most credits first."""
+    delivered = [(n.score.credits, p) for p, n in neighbors.items() if n.score.outbound and n.score.credits > 0 and n.addrs]
+    return {p: neighbors[p].addrs for _, p in sorted(delivered, reverse=True)[:max(1, out_quota)]}
+
+
 def save_anchors(path: Path, anchors: dict[str, list[str]]) -> None:
     """Write the anchors atomically (a crash leaves the old file or the new one, never half of one)."""
     write_json_atomic(path, [{"peer": p, "addrs": a[:MAX_ANCHOR_ADDRS]} for p, a in anchors.items()])

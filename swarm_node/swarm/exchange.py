@@ -130,7 +130,8 @@ class Exchange:
                  M.TOKENS_IN: count_tokens(groups_in), M.COMPLETIONS_IN: sum(len(g.completions) for g in groups_in),
                  M.TIME_EXCHANGE: time.perf_counter() - start}
         for key, stat in ((M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
-                          (M.PEERS_GRAYLISTED, "peers_graylisted")):
+                          (M.PEERS_GRAYLISTED, "peers_graylisted"), (M.KNOCKER_TURNS, "knocker_turns"),
+                          (M.KNOCKERS_PROVEN, "knockers_proven")):
             stats[key] = after.get(stat, 0) - before.get(stat, 0)
         for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited")):
             if stat in after:
