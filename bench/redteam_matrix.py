@@ -77,7 +77,7 @@ def wait_for_quiet(until: dt.datetime) -> bool:
 
 
 def key(cell: dict) -> tuple:
-    return cell["kind"], cell["seed"], cell["rounds"], cell["attackers"], cell["attacker_args"]
+    return cell["kind"], cell["seed"], cell["rounds"], cell["attackers"], cell["attacker_args"], cell.get("eval_limit", 200)
 
 
 def backfill(path: Path, work_root: Path) -> int:
@@ -101,9 +101,9 @@ def backfill(path: Path, work_root: Path) -> int:
     return done
 
 
-def table(runs: list[dict], rounds: int) -> str:
+def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
     """The markdown table of the matrix (kinds in KINDS order, then any others)."""
-    runs = [r for r in runs if r["rounds"] == rounds]
+    runs = [r for r in runs if r["rounds"] == rounds and r.get("eval_limit", 200) == eval_limit]
     base = {r["seed"]: r for r in runs if r["kind"] == "none"}
     lines = ["| kind | seeds | V pass@1 end (baseline) | V - baseline: mean, worst | H pass@1 end (baseline) | "
              "H - baseline: mean, worst | attacker share | honest share | V steps honest >= 25 % (worst seed) | "
@@ -140,6 +140,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--until", default="23:59", help="UTC HH:MM: no cell starts after it")
     ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--eval-limit", type=int, default=200, help="held-out problems each node is scored on (the "
+                                                                 "paired difference of one seed: SE ~0.05 at 200)")
     ap.add_argument("--table", action="store_true", help="print the table of the results and exit")
     ap.add_argument("--backfill", default=None, help="add the honest peer's per-step shares to cells run before "
                                                      "they were recorded, from their work dirs under this path")
@@ -148,7 +150,7 @@ def main() -> int:
     if args.backfill:
         print(f"{backfill(path, Path(args.backfill))} cells backfilled")
     if args.table or args.backfill:
-        print(table(load_runs(path), args.rounds))
+        print(table(load_runs(path), args.rounds, args.eval_limit))
         return 0
     os.nice(max(0, 10 - os.nice(0)))
     now = dt.datetime.now(dt.timezone.utc)
@@ -158,14 +160,15 @@ def main() -> int:
              if kind in args.kinds or kind == "none"]
     for kind, seed in cells:
         attackers, extra = KINDS[kind]
-        cell = {"kind": kind, "seed": seed, "rounds": args.rounds, "attackers": attackers, "attacker_args": extra}
+        cell = {"kind": kind, "seed": seed, "rounds": args.rounds, "attackers": attackers, "attacker_args": extra,
+                "eval_limit": args.eval_limit}
         if key(cell) in {key(r) for r in load_runs(path)}:
             continue
         if not wait_for_quiet(until):
             print(f"--until {args.until} reached: stopping before {kind} seed {seed}", flush=True)
             break
         print(f"{time.strftime('%H:%M:%S')} cell {kind} seed {seed}", flush=True)
-        res = run_swarm(kind, args.rounds, attackers, extra, seed)
+        res = {**run_swarm(kind, args.rounds, attackers, extra, seed, args.eval_limit), "eval_limit": args.eval_limit}
         runs = load_runs(path) + [res]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -173,7 +176,7 @@ def main() -> int:
         tmp.replace(path)
         print(f"{time.strftime('%H:%M:%S')} {kind} seed {seed}: V {res['victim']} H {res['honest']} "
               f"groups {res['groups_per_peer']} ({res['wall_s']} s)", flush=True)
-    print(table(load_runs(path), args.rounds))
+    print(table(load_runs(path), args.rounds, args.eval_limit))
     return 0
 
 

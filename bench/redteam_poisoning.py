@@ -44,17 +44,20 @@ def honest_shares(log: str, honest_id: str) -> dict:
             "steps_without_honest": [r for r, s in steps if s == 0]}
 
 
-def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", seed: int = 0) -> dict:
+def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", seed: int = 0,
+              eval_limit: int | None = None) -> dict:
     """V + H + `attackers` poisoner processes of `kind` for `rounds` rounds; V's and H's held-out pass@1 at
-    round 0 and at the end, V's defence metrics and the groups per peer of V's steps. Seed s: V trains
-    with train.seed 2s, H with 2s + 1, attacker k with --seed 10s + k (s = 0: this script's old runs)."""
+    round 0 and at the end (on `eval_limit` problems; None: victim_args' 200), V's defence metrics and the
+    groups per peer of V's steps. Seed s: V trains with train.seed 2s, H with 2s + 1, attacker k with
+    --seed 10s + k (s = 0: this script's old runs)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{kind}-{seed}-"))
     run, model = f"redteam-{kind}-{seed}", public_warm_start(VICTIM_WARMSTART_STEPS)
     started, t0 = [], time.time()
+    evaluate = ["--set", f"task.eval_limit={eval_limit}"] if eval_limit is not None else []
     try:
-        v = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
+        v = NodeProcess.join([*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
         started.append(v.start())
-        h = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
+        h = NodeProcess.join([*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
                               "--peers", v.address()], tmp / "honest")
         started.append(h.start())
         evils = []

@@ -55,7 +55,7 @@ PEERS_GRAYLISTED = "swarm/peers_graylisted"  # peers ignored for a while: over t
 MESH_OUTBOUND, MESH_CREDITED = "swarm/mesh_outbound", "swarm/mesh_credited"  # neighbours we dialled; that
 #   delivered an accepted packet within idle_rounds (net/scores.py), at the round's end
 KNOCKER_TURNS = "swarm/knocker_turns"  # starving: peers we had no slot for, fetched from in turn (net/knockers.py)
-KNOCKERS_PROVEN = "swarm/knockers_proven"  # of those, the ones whose packets a step took (then dialled first)
+KNOCKERS_PROVEN = "swarm/knockers_proven"  # of those, how many a step has taken packets from so far (dialled first)
 REJECTED_PREFIX = "swarm/rejected/"  # + reason
 PEER_PREFIX = "peer/"  # group statistics of the peer groups used, e.g. peer/reward/mean
 

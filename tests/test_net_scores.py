@@ -255,17 +255,17 @@ def test_a_starving_node_fetches_from_knockers_in_turn_and_dials_its_initial_pee
     mesh.set_own("m", "t", 3, 1, [], ADDR)
     assert mesh.starving() and not mesh.short()
     assert [i.peer_id for i in mesh.trials(10.5)] == ["QmH", "QmH2", "QmH3", "QmLiar"]  # TRIALS at a time
-    assert mesh.fetch_timeout("QmH2", 10.0) == TRIAL_FETCH_S and mesh.fetch_timeout(SYBILS[0], 10.0) == 10.0
-    assert mesh.rescue(10.5) == []  # nobody proven, and the bootstrap node's "full" retry is not due
+    assert mesh.knockers.timeout("QmH2", 10.0) == TRIAL_FETCH_S and mesh.knockers.timeout(SYBILS[0], 10.0) == 10.0
+    assert [p for p, _ in mesh.rescue(10.5)] == ["QmH5"]  # the first knocker not on trial (the bootstrap
+    assert "QmH5" not in mesh.knockers.queue  # node's "full" retry is not due); dialled once: out of the queue
     mesh.fetched("QmLiar", "not_found")
     mesh.fetched("QmH2", "busy")
     mesh.fetched("QmH", "ok")  # its turn is over; the step takes its packet:
     mesh.credit("QmH", 11.0)
-    assert mesh.starving()  # a knocker's packet proves it, and does not make the neighbours any better
-    assert [i.peer_id for i in mesh.trials(11.0)] == ["QmH3", "QmH5"]
-    assert [p for p, _ in mesh.rescue(11.0)] == ["QmH"]  # the proven knocker, never the others
-    assert [i.peer_id for i in mesh.trials(10.5 + TRIAL_S)] == ["QmH5"]
-    assert mesh.trials(11.0 + TRIAL_S) == [] and not mesh.knockers.queue  # a turn without a packet: out
+    assert mesh.starving(11.0)  # a knocker's packet proves it, and does not make the neighbours any better
+    assert [i.peer_id for i in mesh.trials(11.0)] == ["QmH3"]
+    assert [p for p, _ in mesh.rescue(11.0)] == ["QmH"]  # the proven knocker first; no other into the last slot
+    assert mesh.trials(10.5 + TRIAL_S) == [] and not mesh.knockers.queue  # a turn without a packet: out
     assert [p for p, _ in mesh.rescue(25.0)] == ["QmBoot", "QmH"]
     for p in ("QmBoot", "QmH"):
         mesh.on_reply(p, {"status": "ok", **_ann(3, offers="c")}, 25.0)  # admitted beyond max_degree ...
@@ -278,6 +278,48 @@ def test_a_starving_node_fetches_from_knockers_in_turn_and_dials_its_initial_pee
     mesh.credit("QmH", 27.0)
     mesh.prune(27.0)  # ... and the idle ones are pruned back to D: the producer that delivered stays
     assert "QmH" in mesh.neighbors and len(mesh.neighbors) == mesh.params.degree
+
+
+def test_knockers_that_only_offered_are_dialled_one_at_a_time_and_never_into_the_last_extra_slot():
+    """An honest peer answered `full` stops knocking, so its announcement goes stale and no turn comes:
+    a starving node still dials knockers in first-knock order (a dial brings a fresh announcement), one
+    at a time, but 256 Sybil ids that answer `ok` must not take every extra slot: the last is kept
+    for a knocker whose packet the node took."""
+    from swarm_node.net import PeerInfo
+
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    for s in SYBILS:
+        mesh.receive(s, _ann(1), 10.0)
+    for s in SYBILS[4:]:  # and two we dialled ourselves: full
+        mesh.on_reply(s, {"status": "ok", **_ann(1)}, 10.0)
+    mesh.set_own("m", "t", 3, 1, [], ADDR)
+    for p in ("QmK1", "QmK2", "QmP"):
+        mesh.learn([(p, ADDR)])
+        mesh.knockers.knocked(p, PeerInfo(peer_id=p, model_id="m", tokenizer="t", round=3, policy_version=1,
+                                          offers=[], protocol=1, updated_at=0.0), 30.0)
+    assert mesh.starving(30.0) and [p for p, _ in mesh.rescue(30.0)] == ["QmK1"]
+    mesh.on_reply("QmK1", {"status": "ok", **_ann(3)}, 30.0)
+    assert len(mesh.neighbors) == mesh.params.max_degree + 1 and mesh.rescue(30.0) == []  # QmK2 waits
+    mesh.credit("QmP", 31.0)  # the step took the packet of a knocker on trial
+    assert [p for p, _ in mesh.rescue(31.0)] == ["QmP"]
+
+
+def test_a_node_racing_through_rounds_to_catch_up_is_not_starving_and_keeps_the_peer_that_fed_it():
+    """Joining a swarm that is ahead, a node runs rounds of ~1 s without waiting (nothing of its window
+    can come), so its peer delivered nothing for 2 of its rounds within 2 s: it judged itself starving
+    and evicted its only honest neighbour (real processes, 64 Sybils; C1 of session 13's red team).
+    Starving now also takes STARVING_S seconds without a packet."""
+    from swarm_node.net.scores import STARVING_S
+
+    mesh = Mesh("QmH", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    mesh.receive("QmV", _ann(9, offers="a"), 100.0)
+    mesh.credit("QmV", 100.0)
+    mesh.set_own("m", "t", 3, 1, [], ADDR)
+    assert not mesh.starving(102.0) and mesh.evict(102.0) == [] and "QmV" in mesh.neighbors
+    assert mesh.starving(100.0 + STARVING_S) and mesh.evict(100.0 + STARVING_S) == ["QmV"]
 
 
 def test_a_knocker_gets_one_turn_per_knock_only_while_its_announcement_is_fresh():

@@ -12,7 +12,7 @@ Sybil kinds (what a Sybil announces, and what V's fetch of it does):
   notfound   a made-up digest of V's round; its fetch comes back not_found ~1 s after V lists it
              (`Mesh.fetched`): the real bench's `liar`
   busy       a made-up digest; every fetch answered `busy` at once: never unmasked as a liar
-  stall      a made-up digest; every fetch stalls until it times out (`Mesh.fetch_timeout`)
+  stall      a made-up digest; every fetch stalls until it times out (`Knockers.timeout`)
   owndigest  V's own newest offer, copied from V's pushes: V never fetches it
 
 Sybil replies to V's dials (rescue, candidates): "ok" (admitted as outbound) or "stall" (the dial
@@ -119,7 +119,7 @@ def run(kind, sybil_reply="ok", n_sybils=256, knocks_per_s=10.0, seconds=600.0, 
             p = info.peer_id
             if p not in fetching:
                 fetching[p] = (t + 0.2, "ok") if p == "QmH" else (t + 1.0, "not_found") if kind == "notfound" else (
-                    t + 0.1, "busy") if kind == "busy" else (t + v.fetch_timeout(p, 10.0), "timeout")
+                    t + 0.1, "busy") if kind == "busy" else (t + v.knockers.timeout(p, 10.0), "timeout")
         for p, (due, outcome) in list(fetching.items()):
             if due <= t:
                 del fetching[p]

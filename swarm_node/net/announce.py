@@ -34,11 +34,11 @@ from collections import Counter, OrderedDict
 
 from swarm_node.net import PeerInfo
 from swarm_node.net.fetch import MISMATCH, OVERSIZE
-from swarm_node.net.knockers import TRIAL_FETCH_S, Knockers
+from swarm_node.net.knockers import Knockers
 from swarm_node.net.records import (MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED, Announcement,
                                     RecordError, make_announcement, parse_announcement, parse_peer_exchange)
-from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, STARVING_ROUNDS, MeshParams, Neighbor, Score,
-                                   subnet_of, yielding)
+from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor,
+                                   Score, crowded, subnet_of, yielding)
 
 logger = logging.getLogger(__name__)
 
@@ -205,14 +205,14 @@ class Mesh:
             return True
         if self.benched.get(peer, 0.0) > now:
             return False
-        if self.crowded(group):
+        if crowded(self.neighbors, self.params, group):
             self.refused["subnet"] += 1
             return False
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
         if len(self.neighbors) < self.params.max_degree and len(inbound) < self.params.max_degree - self.params.out_quota:
             return True
         scores = {q: self.neighbors[q].score for q in inbound}
-        gone = yielding(scores, self.round, self.starving(), offering, self.offering) if self.measuring else None
+        gone = yielding(scores, self.round, self.starving(now), offering, self.offering) if self.measuring else None
         if gone is not None:
             self._bench(gone, now)
         return gone is not None
@@ -245,35 +245,24 @@ class Mesh:
     def trials(self, now: float) -> list[PeerInfo]:
         """Starving, the knockers to fetch from as if they were neighbours (`Knockers.turn`): a packet
         proves a producer without giving it a slot first (bench/eclipse_sim.py)."""
-        if not self.starving():
+        if not self.starving(now):
             self.knockers.pause()
             return []
         return self.knockers.turn(now, lambda p, info: p not in self.neighbors and self.benched.get(p, 0.0) <= now
                                   and self.offering(p, info.offers))
-
-    def fetch_timeout(self, peer: str, timeout: float) -> float:
-        """A fetch from a knocker on trial times out sooner: a stalling Sybil holds a fetch slot no longer."""
-        return min(timeout, TRIAL_FETCH_S) if peer not in self.neighbors and self.knockers.on_trial(peer) else timeout
 
     def group_of(self, peer: str, addr: str | None) -> str | None:
         """What `peer`, connected from `addr` (the transport's view, never a claim), counts in for the
         per-subnet limit; None: not limited (no limit set, a configured peer, a private address)."""
         return subnet_of(addr) if self.params.per_subnet > 0 and peer not in self.initial else None
 
-    def crowded(self, group: str | None) -> bool:
-        """A newcomer of `group` would exceed its share: per_subnet neighbours per public /24 (/32), half
-        the slots per relay. One machine's Sybils hold at most that many of our slots."""
-        if group is None:
-            return False
-        limit = max(self.params.per_subnet, self.params.max_degree // 2) if group.startswith("relay:") \
-            else self.params.per_subnet
-        return sum(n.group == group for n in self.neighbors.values()) >= limit
-
-    def starving(self) -> bool:
+    def starving(self, now: float | None = None) -> bool:
         """We credit packets (an exchange runs) and no neighbour delivered a packet we took in the
-        last STARVING_ROUNDS rounds (from round 2 on if none ever did)."""
+        last STARVING_ROUNDS rounds (from round 2 on if none ever did) and STARVING_S seconds."""
         last = max((n.score.credited_round for n in self.neighbors.values()), default=0)
-        return self.measuring and self.round - max(last, 0) >= STARVING_ROUNDS
+        last_t = max((n.score.credited_t for n in self.neighbors.values()), default=0.0)
+        now = time.time() if now is None else now
+        return self.measuring and self.round - max(last, 0) >= STARVING_ROUNDS and now - last_t >= STARVING_S
 
     def _refuse(self, peer: str, reason: str) -> dict:
         self.refused[reason] += 1
@@ -296,7 +285,7 @@ class Mesh:
             else:
                 reason = self.judge(ann)
                 group = self.group_of(peer, addr)
-                if reason is None and peer not in self.neighbors and self.crowded(group):
+                if reason is None and peer not in self.neighbors and crowded(self.neighbors, self.params, group):
                     self.refused["subnet"] += 1
                     status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
                 elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
@@ -370,7 +359,7 @@ class Mesh:
         p = self.params
         if not self.measuring:
             return []
-        rounds, seconds = (STARVING_ROUNDS, 0.0) if self.starving() else (p.idle_rounds, p.idle_s)
+        rounds, seconds = (STARVING_ROUNDS, 0.0) if self.starving(now) else (p.idle_rounds, p.idle_s)
         idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, rounds, seconds)]
         return sorted(idle, key=lambda q: (self.neighbors[q].score.last_round(), self.neighbors[q].score.credits))
 
@@ -399,7 +388,7 @@ class Mesh:
         that never delivered at once, the other ones we dialled to a waiting candidate (one each). A
         node whose neighbors deliver nothing while others could is treated as eclipsed and dials out;
         the evicted are benched (refused, not dialled)."""
-        if self.starving():  # eclipsed: the peers we were told to join through are tried again now (one that
+        if self.starving(now):  # eclipsed: the peers we were told to join through are tried again now (one that
             for p in self.initial:  # answered "full" after its backoff: `rescue` would otherwise ask it every second)
                 if p not in self.neighbors and self.benched.get(p, 0.0) <= now and not self.fulls[p]:
                     self.retry_at[p] = min(self.retry_at.get(p, now), now)
@@ -407,7 +396,7 @@ class Mesh:
         idle = self.idle(now)
         gone = [p for p in idle if not self.neighbors[p].score.outbound or self._never_delivered(p)]
         gone += [p for p in idle if p not in gone][:waiting]
-        starving = "; starving" if self.starving() else ""
+        starving = "; starving" if self.starving(now) else ""
         for p in gone:  # what the verdict read, so that an eviction can be explained from the log alone
             logger.info("idle neighbor %s: %s%s", p, self.neighbors[p].score.explain(self.round, now), starving)
             self._bench(p, now)
@@ -426,7 +415,7 @@ class Mesh:
         that stalled and restarts must get back; the stall/kill/resume test's B was benched 60 s)."""
         self.drop(peer)
         self.evicted_total += 1
-        if self.starving():
+        if self.starving(now):
             self.benched[peer] = now + STARVING_BENCH_S
         else:
             self.evictions[peer] += 1
@@ -470,16 +459,24 @@ class Mesh:
         return [(p, self.known[p]) for p in picked]
 
     def rescue(self, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
-        """Starving, the peers to dial even while our slots are full (of Sybils): one initial peer, and the
-        knockers whose packets we took without a slot (`trials`), newest first; out_quota at a time,
-        and none while out_quota neighbours beyond max_degree are ours (pruned back to D later). One
-        that only offered is never dialled: 256 Sybil ids that answered `ok` held these slots."""
-        if not self.starving() or len(self.neighbors) >= self.params.max_degree + self.params.out_quota:
+        """Starving, the peers to dial even while our slots are full (of Sybils): one initial peer, the
+        knockers whose packets we took without a slot (`trials`), newest first, then the others in the
+        order they first knocked, each once (it knocks again to be dialled again); out_quota at a time,
+        none while out_quota neighbours beyond max_degree are ours, and knockers that only offered
+        while none is (pruned back to D later). 256 Sybil ids that answered `ok` held every extra slot
+        while the honest peer waited its turn; one is now kept for the proven."""
+        cap = self.params.max_degree + self.params.out_quota
+        if not self.starving(now) or len(self.neighbors) >= cap:
             return []
         picked = [p for p in self.initial if self._dialable(p, now, busy)][:1]  # unreachable ones: not every dial
-        picked += [p for p in reversed(self.knockers.proven) if self._dialable(p, now, busy) and p not in picked][
-            :self.params.out_quota - len(picked)]
-        return [(p, self.known[p]) for p in picked]
+        picked += [p for p in reversed(self.knockers.proven) if self._dialable(p, now, busy) and p not in picked]
+        if len(self.neighbors) + len(picked) < cap - 1:
+            picked += [p for p in self.knockers.queue if self._dialable(p, now, busy) and p not in picked
+                       and not self.knockers.on_trial(p)][:1]
+        for p in picked[:self.params.out_quota]:
+            if p not in self.knockers.proven:
+                self.knockers.forget(p)
+        return [(p, self.known[p]) for p in picked[:self.params.out_quota]]
 
     def _dialable(self, peer: str, now: float, busy: set[str] = frozenset()) -> bool:
         """A known candidate we may dial now: not us, not a neighbour, not being dialled, retry due, not benched."""

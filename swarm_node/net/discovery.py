@@ -310,7 +310,7 @@ class PushDiscovery:
 
     async def contact(self, peer: str, addrs: list[str], announcement: dict) -> tuple[dict, str]:
         """One announcement exchange with `peer` (dialling `addrs` if not connected): its reply, and the
-        remote address of the connection it came over (what the per-subnet limit reads, `Mesh.crowded`).
+        remote address of the connection it came over (what the per-subnet limit reads, `scores.crowded`).
         Raises OldVersion if it does not speak discovery v2, anything else if unreachable."""
         pid = PeerID.from_base58(peer)
 

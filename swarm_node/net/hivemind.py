@@ -472,7 +472,7 @@ class HivemindTransport:
                 raise SwarmError(f"a stream to {peer_id} reached {info.peer_id}")
             return reader, writer
 
-        timeout = self._push.mesh.fetch_timeout(peer_id, timeout) if self._push is not None else timeout
+        timeout = self._push.mesh.knockers.timeout(peer_id, timeout) if self._push is not None else timeout
         try:
             data, reason = await asyncio.wait_for(download_packet(stream_to_peer, download), max(0.01, timeout))
         except asyncio.TimeoutError:

@@ -1,12 +1,15 @@
 """Producers we had no slot for: peers that knocked while we were full, offering packets (issue 27).
 
 A node whose slots are full of Sybils that deliver nothing is *starving* (`Mesh.starving`). The
-honest producer that knocks is answered `full` like any other newcomer. Dialling every knocker
-(session 13's rescue) let 256 Sybil ids that knocked first, and answered our dial `ok`, hold the
-extra slots 2 rounds each: the honest peer never came in (bench/eclipse_sim.py, `busy`/`ok`).
+honest producer that knocks is answered `full` like any other newcomer. Dialling the knockers in
+the order they first knocked (session 13's rescue) let 256 Sybil ids that knocked first, and
+answered our dial `ok`, hold the extra slots 2 rounds each: the honest peer never came in
+(harness/eclipse_sim.py, `busy`/`ok`).
 
 So a starving node tries knockers by *fetching* from them, without a slot, as if they were
-neighbours: a packet proves a producer, an offer does not.
+neighbours: a packet proves a producer, an offer does not. `Mesh.rescue` dials the proven first;
+the others still one at a time in first-knock order (a dial brings a fresh announcement: an
+honest peer answered `full` stops knocking), but never into the last extra slot.
 
     queue    knockers that offered a packet we would fetch, in the order they first knocked, each
              with its latest announcement; knocking again updates the announcement, not the place
@@ -28,7 +31,7 @@ TRIALS turns, and more of them cannot push an honest peer of another subnet out 
 
 The bound, in plain words: a starving node takes an honest producer's packet after trying at most
 the knockers that first knocked before it, TRIALS at a time, each for at most TRIAL_S (k such ids
-delay it by about k * TRIAL_S / TRIALS seconds, ~190 s for 256 ids that all stall; ids of one
+delay it by about k * TRIAL_S / TRIALS seconds, ~380 s for 256 ids that all stall; ids of one
 subnet, one turn at a time), then dials it first. Each Sybil id costs the node one fetch per knock,
 never a slot. Not bounded: more than MAX_KNOCKERS ids that share the honest peer's group (all of
 loopback or one private network) knocking after it push it out of the queue before its turn; it
@@ -43,8 +46,9 @@ from collections.abc import Callable
 from swarm_node.net import PeerInfo
 
 TRIALS = 4  # knockers fetched from at once while starving
-TRIAL_S = 3.0  # a knocker's turn: listed this long without delivering, it leaves the queue
-TRIAL_FETCH_S = 2.0  # a fetch from a knocker times out after this (a stalling one holds a slot no longer)
+TRIAL_S = 6.0  # a knocker's turn: listed this long without delivering, it leaves the queue
+TRIAL_FETCH_S = 5.0  # a fetch from a knocker times out after this (a stalling one holds a slot no longer; an
+#   honest 26-KB packet took over 2 s beside 64 Sybil daemons on 2 cores)
 FRESH_S = 5.0  # an announcement older than this is not tried (its offers may be gone)
 MAX_KNOCKERS = 256  # remembered at most; the oldest first knocks go first
 
@@ -88,6 +92,10 @@ class Knockers:
     def on_trial(self, peer: str) -> bool:
         """Fetched from without a slot (its fetches get TRIAL_FETCH_S)."""
         return peer in self.trying or peer in self.proven
+
+    def timeout(self, peer: str, timeout: float) -> float:
+        """A fetch from a knocker on trial times out sooner: a stalling Sybil holds a fetch slot no longer."""
+        return min(timeout, TRIAL_FETCH_S) if self.on_trial(peer) else timeout
 
     def fetched(self, peer: str, ok: bool) -> None:
         """A fetch from `peer` ended: its turn is over (a proven knocker stays proven while fetches succeed)."""

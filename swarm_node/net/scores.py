@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
 STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
+STARVING_S = 10.0  # ... and seconds (a node racing through rounds to catch up evicted its honest peer after 2 s)
 USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
 
 
@@ -138,6 +139,15 @@ def load_anchors(path: Path | None) -> dict[str, list[str]]:
     if anchors:
         logger.info("dialling first the %d neighbour(s) that delivered most in our last run (%s)", len(anchors), path)
     return anchors
+
+
+def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | None) -> bool:
+    """A newcomer of `group` would exceed its share of `neighbors`: per_subnet per public /24 (/32), half
+    the slots per relay. One machine's Sybils hold at most that many of a node's slots."""
+    if group is None:
+        return False
+    limit = max(params.per_subnet, params.max_degree // 2) if group.startswith("relay:") else params.per_subnet
+    return sum(n.group == group for n in neighbors.values()) >= limit
 
 
 def best_outbound(neighbors: dict[str, Neighbor], out_quota: int) -> dict[str, list[str]]:

@@ -130,10 +130,10 @@ class Exchange:
                  M.TOKENS_IN: count_tokens(groups_in), M.COMPLETIONS_IN: sum(len(g.completions) for g in groups_in),
                  M.TIME_EXCHANGE: time.perf_counter() - start}
         for key, stat in ((M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
-                          (M.PEERS_GRAYLISTED, "peers_graylisted"), (M.KNOCKER_TURNS, "knocker_turns"),
-                          (M.KNOCKERS_PROVEN, "knockers_proven")):
+                          (M.PEERS_GRAYLISTED, "peers_graylisted"), (M.KNOCKER_TURNS, "knocker_turns")):
             stats[key] = after.get(stat, 0) - before.get(stat, 0)
-        for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited")):
+        for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited"),
+                          (M.KNOCKERS_PROVEN, "knockers_proven")):  # levels (credits come after the collect)
             if stat in after:
                 stats[key] = after[stat]
         stats.update({f"{M.REJECTED_PREFIX}{reason}": n for reason, n in rejected.items()})
