@@ -45,6 +45,7 @@ from swarm_node.status import read_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "redteam_eclipse.json"
+SYBILS_START_S = 900  # 64 Sybil hosts in one process beside V on 2 cores: ~80 s, over 300 s when V fetches from them
 
 
 class Watch:
@@ -99,7 +100,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                                  *([f"--{kind}"] if kind in ("liar", "busy") else [])],
                                 log=tmp / "sybils.log")
                 procs.append(pinned(s, sybil_cores).start())
-                sybil_ids.extend(s.wait_line("SYBILS ", 300).split()[1:])
+                sybil_ids.extend(s.wait_line("SYBILS ", SYBILS_START_S).split()[1:])
             else:  # k poisoner processes that deliver valid packets of `kind` (wrongkeep: all-wrong groups)
                 evils = [NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
                                       v.address(), "--run-id", run, "--model", model, "--groups", "16",

@@ -39,7 +39,8 @@ TRAIN_GROUPS, TRAIN_SEQUENCES, TRAIN_ACTIVE_FRAC = "train/groups", "train/sequen
 TRAIN_GRAD_NORM, TRAIN_POLICY_VERSION = "train/grad_norm", "train/policy_version"
 TRAIN_PEER_NEGATIVES = "train/peer_negatives_frac"  # share of the step's sequences: an untrusted peer's A_i < 0
 TRAIN_PEER_IMPLAUSIBLE = "train/peer_implausible_frac"  # share: an untrusted peer's A_i > 0, too unlikely under us
-PEERS, PEER_GROUPS_USED = "swarm/peers", "swarm/peer_groups_used"
+PEERS, PEER_GROUPS_USED = "swarm/peers", "swarm/peer_groups_used"  # peers whose offers the round's collect read
+#   (neighbours; while starving also the knockers on trial, so it rises then); groups from peers in the step
 PACKETS_RECEIVED, PACKETS_ACCEPTED, PACKETS_REJECTED = (
     "swarm/packets_received", "swarm/packets_accepted", "swarm/packets_rejected")
 PACKETS_LAGGING = "swarm/packets_lagging"  # accepted: a slower or faster peer's newest, outside the staleness window

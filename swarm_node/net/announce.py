@@ -244,7 +244,7 @@ class Mesh:
 
     def trials(self, now: float) -> list[PeerInfo]:
         """Starving, the knockers to fetch from as if they were neighbours (`Knockers.turn`): a packet
-        proves a producer without giving it a slot first (bench/eclipse_sim.py)."""
+        proves a producer without giving it a slot first (harness/eclipse_sim.py)."""
         if not self.starving(now):
             self.knockers.pause()
             return []
