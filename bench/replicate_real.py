@@ -23,6 +23,7 @@ node starts once the first has loaded (transformers' loading is not thread-safe)
     python bench/replicate_real.py --device cpu --rounds 2 --seeds 0 --arms alone f-tis --eval-limit 8  # smoke
     (the same with --pair smollm2-expertise --warm-steps 2 --results /tmp/x: the expertise pair's smoke)
     python bench/replicate_real.py --summary                           # tables from the results only
+    bash bench/gpu_loan.sh stash | study ARGS    # on a lent GPU that reaches no registry: the model in two calls
     python bench/replicate.py --render          # docs/REPLICATION.md, the real-model section included
 
 Results: bench/results/replication/real/ (real-expertise/ for the expertise pair), one JSON per
@@ -58,8 +59,8 @@ NODES = {"smollm2": {"full": {"lr": 1e-5, "lora_r": 0, "index": 1}, "lora": {"lr
                                "minus": {"lr": 1e-5, "lora_r": 0, "index": 4, "warm_ops": ["minus"]}}}
 WARM = {"train.warmstart_lr": 3e-5, "train.warmstart_batch": 16}  # and --warm-steps (REAL_WARM_STEPS)
 # claims 1 (NoIS < alone) and 4 (F-TIS ~ alone) need the most seeds: they run first
-PLAN = [("alone", 8), ("nois", 8), ("f-tis", 8), ("f-nois", 5), ("f-vis", 5),
-        ("horizontal", 3), ("g5", 3), ("g10", 3), ("g100", 3)]
+PLAN = [("alone", 8), ("nois", 8), ("f-tis", 8), ("f-nois", 8), ("f-vis", 5),
+        ("horizontal", 5), ("g5", 5), ("g10", 3), ("g100", 3)]
 
 
 def overrides(args, node: str, arm: str, seed: int, out: Path, model: str = MODEL) -> list[str]:

@@ -49,6 +49,7 @@ PACKET_BYTES_IN, PACKET_BYTES_OUT = "swarm/packet_bytes_in", "swarm/packet_bytes
 TOKENS_IN, TOKENS_OUT, COMPLETIONS_IN = "swarm/tokens_in", "swarm/tokens_out", "swarm/completions_in"
 REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_timeouts"
 RETOKENIZED = "swarm/completions_retokenized"  # peer completions whose ids were not our tokenizer's for their text
+GROUPS_DUPLICATE = "swarm/groups_duplicate"  # horizontal: peers' shares equal to ours, dropped (swarm/admit.py)
 FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream after a cut (relay budgets)
 NEIGHBORS_EVICTED = "swarm/neighbors_evicted"  # neighbours that lost their slot: idle (delivered nothing) or graylisted
 STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread and DHT requests refused unparsed: their peer was over its rate (or the DHT request over its size)

@@ -132,7 +132,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
         expect = Expectations(run_id=cfg.swarm.run_id, tokenizer=fingerprint, staleness=cfg.swarm.staleness,
                               max_lag=cfg.swarm.max_lag if cfg.swarm.mode == "vertical" else 0,
                               max_tokens=cfg.rollout.max_new_tokens, group_size=cfg.rollout.group_size,
-                              trusted_peers=frozenset(cfg.swarm.trusted_peers), prompts=cfg.swarm.prompts)
+                              trusted_peers=frozenset(cfg.swarm.trusted_peers), prompts=cfg.swarm.prompts,
+                              horizontal=cfg.swarm.mode == "horizontal")
         parts.admission = Admission(expect, policy.scorer(task))
     return parts
 

@@ -172,6 +172,22 @@ def test_our_own_groups_are_refused_as_echoes_and_only_them(setup):
     admission.check(Received(PEER, ROUND, "sha256:" + "1" * 64, _packet(groups[:1], expect)), ROUND)
 
 
+def test_horizontal_mode_drops_a_share_equal_to_ours_and_keeps_the_rest(setup):
+    """Every node answers the same prompts in horizontal mode, so an honest peer's share often
+    equals ours: the packet is admitted without it (vertical refuses the whole packet)."""
+    policy, task, groups, expect = setup
+    admission = Admission(Expectations(**{**expect.__dict__, "horizontal": True}), policy.scorer(task))
+    admission.remember_own(groups[1:])
+    item = Received(peer_id=PEER, round=ROUND, digest="sha256:" + "0" * 64,
+                    data=_packet(groups, expect, mode="horizontal"))
+    packet = admission.check(item, ROUND)
+    assert [g.example_id for g in packet.groups] == [groups[0].example_id]
+    assert admission.take_stats()["swarm/groups_duplicate"] == len(groups) - 1
+    item = Received(PEER, ROUND, "sha256:" + "1" * 64, _packet(groups[1:], expect, mode="horizontal"))
+    assert admission.check(item, ROUND).groups == []  # admitted, nothing to train on
+    assert admission.take_stats()["swarm/groups_duplicate"] == len(groups) - 1
+
+
 def test_ids_our_tokenizer_would_not_give_their_text_are_retokenized(setup):
     """A special token hidden mid-completion (decoding drops it) is gone after admission; honest
     completions, EOS-terminated, are untouched; a trusted swarm (trusted_peers) keeps ids as sent."""

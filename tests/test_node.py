@@ -78,34 +78,14 @@ def test_resume_keeps_the_plausibility_anchor_of_the_first_step(tmp_path):
     assert floors(tmp_path, 3) == anchor
 
 
-@pytest.mark.parametrize("prompt_mode", ["tokens", "sha256"])  # sha256: prompts by reference (SPEC 14.6)
-def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tmp_path, monkeypatch, prompt_mode):
-    """One full swarm round of two nodes with no libp2p at all: the node loop only sees a Transport."""
+def run_pair(tmp_path, monkeypatch, network, common: list[str]) -> dict[str, list[dict]]:
+    """Nodes A and B, one thread each, over `network` (MemoryTransport: no libp2p at all); their rows."""
     import threading
 
     import swarm_node.node as node_module
-    from swarm_node.net.memory import MemoryNetwork, MemoryTransport
-    from swarm_node.tasks import load_task
-    from swarm_node.train.warmstart import warmstarted_model
+    from swarm_node.net.memory import MemoryTransport
 
-    class RecordingNetwork(MemoryNetwork):
-        def __init__(self):
-            super().__init__()
-            self.served: dict[str, dict[str, bytes]] = {}  # every packet each node ever served
-
-        def serve_as(self, peer_id: str, packets: dict[str, bytes]) -> None:
-            self.served.setdefault(peer_id, {}).update(packets)
-            super().serve_as(peer_id, packets)
-
-    network, rows, errors = RecordingNetwork(), {}, []
-    # staleness 0: each round uses exactly the peer's packet of that round (lockstep).
-    # A warm start gives the tiny models some reward signal, so groups carry non-zero advantages;
-    # it is cached once here (both nodes share the recipe), which also imports transformers' model
-    # classes before two threads would race on its lazy imports
-    common = FAST + ["train.rounds=2", "train.warmstart_steps=100", "swarm.deadline_s=60", "swarm.linger_s=1",
-                     "swarm.run_id=mem", "rollout.group_size=4", "swarm.staleness=0",
-              "swarm.alone_wait_s=60", f"swarm.prompts={prompt_mode}"]  # whichever node starts first waits for the other
-    warmstarted_model(load_config(None, common), load_task("arith"))
+    rows, errors = {}, []
     loading, load_policy = threading.Lock(), node_module.load_policy
 
     def load_one_at_a_time(*args):  # transformers' from_pretrained is not thread-safe (real nodes are processes)
@@ -121,13 +101,42 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
         except BaseException as e:  # surfaced by the assertion below
             errors.append(e)
 
-    # no train.seed on either, as volunteers run: their prompts must still differ (rollout.draws_key)
     threads = [threading.Thread(target=node, args=(name,)) for name in ("A", "B")]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
     assert not errors, errors
+    return rows
+
+
+@pytest.mark.parametrize("prompt_mode", ["tokens", "sha256"])  # sha256: prompts by reference (SPEC 14.6)
+def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tmp_path, monkeypatch, prompt_mode):
+    """One full swarm round of two nodes with no libp2p at all: the node loop only sees a Transport."""
+    from swarm_node.net.memory import MemoryNetwork
+    from swarm_node.tasks import load_task
+    from swarm_node.train.warmstart import warmstarted_model
+
+    class RecordingNetwork(MemoryNetwork):
+        def __init__(self):
+            super().__init__()
+            self.served: dict[str, dict[str, bytes]] = {}  # every packet each node ever served
+
+        def serve_as(self, peer_id: str, packets: dict[str, bytes]) -> None:
+            self.served.setdefault(peer_id, {}).update(packets)
+            super().serve_as(peer_id, packets)
+
+    network = RecordingNetwork()
+    # staleness 0: each round uses exactly the peer's packet of that round (lockstep).
+    # A warm start gives the tiny models some reward signal, so groups carry non-zero advantages;
+    # it is cached once here (both nodes share the recipe), which also imports transformers' model
+    # classes before two threads would race on its lazy imports
+    common = FAST + ["train.rounds=2", "train.warmstart_steps=100", "swarm.deadline_s=60", "swarm.linger_s=1",
+                     "swarm.run_id=mem", "rollout.group_size=4", "swarm.staleness=0",
+              "swarm.alone_wait_s=60", f"swarm.prompts={prompt_mode}"]  # whichever node starts first waits for the other
+    warmstarted_model(load_config(None, common), load_task("arith"))
+    # no train.seed on either, as volunteers run: their prompts must still differ (rollout.draws_key)
+    rows = run_pair(tmp_path, monkeypatch, network, common)
     for name in ("A", "B"):
         trained = rows[name][1:]
         assert [r["round"] for r in trained] == [1, 2]
@@ -147,3 +156,21 @@ def test_two_nodes_train_on_each_others_groups_through_an_in_memory_transport(tm
     prompt_lengths = {len(g.prompt_tokens) for name in ("A", "B") for p in map(decode, network.served[f"Qm{name}"].values())
                       for g in p.groups}
     assert prompt_lengths == {20} if prompt_mode == "sha256" else min(prompt_lengths) > 20  # 20 digits of base 100
+
+
+def test_horizontal_nodes_whose_shares_are_equal_do_not_wait_out_the_deadline(tmp_path, monkeypatch):
+    """Two nodes with one model and one seed write the same share of every group. Horizontal mode
+    drops a share equal to ours instead of refusing the packet as an echo: refused, every round
+    waited the full deadline (the real-model study's horizontal runs, 2026-11-27). Such a packet
+    earns no credit, so a peer that only ever repeats our shares loses its slot like an idle one."""
+    from swarm_node.net.memory import MemoryNetwork
+
+    common = FAST + ["train.rounds=1", "train.seed=7", "swarm.mode=horizontal", "swarm.deadline_s=30",
+                     "swarm.linger_s=1", "swarm.run_id=same", "swarm.staleness=0", "swarm.alone_wait_s=60",
+                     "train.eval_every=0", "train.checkpoint_every=0"]
+    rows = run_pair(tmp_path, monkeypatch, MemoryNetwork(), common)
+    for name in ("A", "B"):
+        for row in rows[name][1:]:
+            assert row["swarm/groups_duplicate"] == 2 and row["swarm/packets_accepted"] == 1, row
+            assert "swarm/rejected/echo" not in row and row["train/sequences"] == 6, row  # our 2 shares of 3
+            assert row["time/exchange_s"] < 20, row

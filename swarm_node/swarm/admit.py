@@ -19,7 +19,9 @@ docs/RELIABILITY.md lists them). The checks, in order:
     echo          no group is one of our own (`remember_own`): a peer may re-sign our packet
                   as its own (new bytes, so the transport delivers it); a group's content hash
                   (example id, prompt ids, the multiset of completions' ids) is what counts, so
-                  no envelope field, claimed reward, log-prob or order of completions hides it
+                  no envelope field, claimed reward, log-prob or order of completions hides it.
+                  Horizontal mode drops such a group instead (`swarm/groups_duplicate`): every
+                  node answers the same prompts there, so an honest peer's share often equals ours
     tokens        an untrusted peer's completion is trained on as the ids our tokenizer gives its
                   text (`Scorer.canonical`; open swarms, i.e. no `trusted_peers`): ids that
                   spell a text in a way we never would (split merges, special tokens that
@@ -82,6 +84,7 @@ class Expectations:
     group_size: int | None = None  # completions per group (the run's G): more would multiply our training work
     trusted_peers: frozenset[str] = frozenset()  # if non-empty, only these peers' packets are admitted
     prompts: str = "tokens"  # sha256: a group may carry prompt_digest(our rendering) instead (SPEC 14.6)
+    horizontal: bool = False  # every node answers our prompts: a share equal to ours is dropped, not refused
 
 
 class Admission:
@@ -91,6 +94,7 @@ class Admission:
         self.expect, self.scorer, self.task = expect, scorer, scorer.task
         self.rewards_corrected = 0  # completions whose claimed reward we overrode, since the last take_stats
         self.retokenized = 0  # completions whose ids we replaced by our tokenizer's, since the last take_stats
+        self.duplicates = 0  # peers' groups equal to one of ours dropped (horizontal mode), since the last take_stats
         self.base = prompt_base(scorer.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
         self.own: OrderedDict[bytes, None] = OrderedDict()  # content hashes of groups we offered, newest last
 
@@ -113,12 +117,10 @@ class Admission:
         packet = self._decode(item, round_index)
         for group in packet.groups:
             self._check_group(group)
-            if content_hash(group) in self.own:  # as sent: our ids as sampled
-                raise Rejected("echo", f"{group.example_id} is a group we offered")
+        self._drop_echoes(packet, "")  # as sent: our ids as sampled
         retokenized = 0 if self.expect.trusted_peers else sum(self._retokenize(g) for g in packet.groups)
-        for group in packet.groups if retokenized else []:  # as we would spell it: a re-spelled echo
-            if content_hash(group) in self.own:
-                raise Rejected("echo", f"{group.example_id} is a group we offered, re-spelled")
+        if retokenized:  # as we would spell it: a re-spelled echo
+            self._drop_echoes(packet, ", re-spelled")
         claimed = [c.reward for g in packet.groups for c in g.completions]
         self.scorer.score(packet.groups)
         ours = [c.reward for g in packet.groups for c in g.completions]
@@ -128,9 +130,23 @@ class Admission:
 
     def take_stats(self) -> dict[str, int]:
         """This round's admission metrics (and start counting the next round's)."""
-        stats = {M.REWARDS_CORRECTED: self.rewards_corrected, M.RETOKENIZED: self.retokenized}
-        self.rewards_corrected = self.retokenized = 0
+        stats = {M.REWARDS_CORRECTED: self.rewards_corrected, M.RETOKENIZED: self.retokenized,
+                 M.GROUPS_DUPLICATE: self.duplicates}
+        self.rewards_corrected = self.retokenized = self.duplicates = 0
         return stats
+
+    def _drop_echoes(self, packet: Packet, how: str) -> None:
+        """Refuse a packet with a group equal to one of ours (vertical); in horizontal mode drop
+        such groups from it instead: there every node answers our prompts, and two confident
+        models often write the same share, so refusing it made each such round wait the full
+        deadline (the real-model study's horizontal runs, 2026-11-27). A dropped share is not
+        trained on and earns its sender no credit: an echoed share would only have repeated ours."""
+        echoes = [g for g in packet.groups if content_hash(g) in self.own]
+        if echoes and not self.expect.horizontal:
+            raise Rejected("echo", f"{echoes[0].example_id} is a group we offered{how}")
+        if echoes:
+            packet.groups = [g for g in packet.groups if content_hash(g) not in self.own]
+            self.duplicates += len(echoes)
 
     def _decode(self, item: Received, round_index: int) -> Packet:
         expect = self.expect
