@@ -141,12 +141,13 @@ class Admission:
         models often write the same share, so refusing it made each such round wait the full
         deadline (the real-model study's horizontal runs, 2026-11-27). A dropped share is not
         trained on and earns its sender no credit: an echoed share would only have repeated ours."""
-        echoes = [g for g in packet.groups if content_hash(g) in self.own]
+        kept, echoes = [], []
+        for group in packet.groups:  # each group hashed once
+            (echoes if content_hash(group) in self.own else kept).append(group)
         if echoes and not self.expect.horizontal:
             raise Rejected("echo", f"{echoes[0].example_id} is a group we offered{how}")
-        if echoes:
-            packet.groups = [g for g in packet.groups if content_hash(g) not in self.own]
-            self.duplicates += len(echoes)
+        packet.groups = kept
+        self.duplicates += len(echoes)
 
     def _decode(self, item: Received, round_index: int) -> Packet:
         expect = self.expect
