@@ -28,6 +28,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -62,6 +63,16 @@ class Watch:
             if status.get("round") is not None and status.get("neighbours") is not None:
                 self.by_round[int(status["round"])] = sorted(status["neighbours"])
             time.sleep(0.5)
+
+
+def pin_tree(pid: int, cores: str) -> None:
+    """Move process `pid`, every thread of it and every descendant (its p2pd daemons) onto `cores`."""
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        subprocess.run(["taskset", "-a", "-p", "-c", cores, str(p)], check=True, capture_output=True)
+        children = Path(f"/proc/{p}/task/{p}/children")
+        todo += [int(c) for c in children.read_text().split()] if children.exists() else []
 
 
 def longest_run(rounds: dict[int, list[str]], peer: str) -> int:
@@ -99,8 +110,10 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                                  "--summary", str(tmp / "sybils.json"),
                                  *([f"--{kind}"] if kind in ("liar", "busy") else [])],
                                 log=tmp / "sybils.log")
-                procs.append(pinned(s, sybil_cores).start())
+                procs.append(s.start())  # started on every core: starting 64 hosts on one took over 900 s
                 sybil_ids.extend(s.wait_line("SYBILS ", SYBILS_START_S).split()[1:])
+                if sybil_cores is not None:  # then, with their daemons, on the last core only
+                    pin_tree(s.pid, sybil_cores)
             else:  # k poisoner processes that deliver valid packets of `kind` (wrongkeep: all-wrong groups)
                 evils = [NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
                                       v.address(), "--run-id", run, "--model", model, "--groups", "16",

@@ -10,7 +10,8 @@ groups; in a swarm: 1 own + 1 peer group, vertical; horizontal as the paper's, e
 every group), C = 2, g = 50 unless varied, the paper's TIS weights and every peer's negatives
 (loss.C_negative = None, positive_floor = 0, peer_negative_weight = 1, no plausibility check, each
 node trusting the other: ids as sampled, never retokenized), 50 rounds, greedy pass@1 on held-out
-arith problems at rounds 0, 25 and 50.
+arith problems at rounds 0, 25 and 50, and after round 50 on out-of-distribution ones (sums and
+differences of two 2-digit numbers; training has a 1-digit second operand: OOD as bench/replicate.py's).
 
 One worker process per (arm, seed) holds both nodes, each `swarm_node.node.run` on its own
 thread. A swarm arm's nodes exchange packets over `MemoryTransport` (net/memory.py): the wire
@@ -47,7 +48,7 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench.replicate import KEEP  # noqa: E402
-from bench.replicate_study import (ARMS, PAPER_HORIZONTAL, REAL_FOLDERS, REAL_PAIRS, REAL_ROUNDS,  # noqa: E402
+from bench.replicate_study import (ARMS, OOD, PAPER_HORIZONTAL, REAL_FOLDERS, REAL_PAIRS, REAL_ROUNDS,  # noqa: E402
                                    REAL_WARM_STEPS, REPO, G)
 
 RUNS = REPO / "runs" / "replicate_real"
@@ -70,6 +71,7 @@ def overrides(args, node: str, arm: str, seed: int, out: Path, model: str = MODE
             "model.lora_r": spec["lora_r"], "train.lr": spec["lr"], "train.seed": 100 * seed + spec["index"],
             "train.rounds": args.rounds, "train.eval_every": args.eval_every, "train.checkpoint_every": 0,
             "train.warmstart_steps": 0, "task.name": "arith", "task.eval_limit": args.eval_limit,
+            "task.ood_task": "arith", "task.ood_options": OOD,
             "rollout.group_size": G, "rollout.max_new_tokens": 24, "rollout.temperature": 1.0,
             "rollout.prompts_per_round": 2 if mode is None else 1,
             "loss.variant": variant, "loss.g": g, "loss.C": 2.0, "loss.C_negative": None, "loss.positive_floor": 0.0,
@@ -149,11 +151,13 @@ def record(pair: str, arm: str, seed: int, seconds: float, complete: bool) -> di
     for node in NODES[pair]:
         path = RUNS / pair / f"{arm}-s{seed}" / node / "metrics.jsonl"
         rows = [r for r in read_metrics(path) if "round" in r] if path.exists() else []
+        ood = [r["ood/accuracy"] for r in rows if "ood/accuracy" in r]
+        rows = [r for r in rows if "ood/accuracy" not in r]
         evals = [(r["round"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
         if len(evals) < 2:
             return None
         nodes.append({"node": node, "start": evals[0][1], "final": evals[-1][1], "final_round": evals[-1][0],
-                      "curve": evals, "eval_n": rows[0].get("eval/n"),
+                      "curve": evals, "eval_n": rows[0].get("eval/n"), **({"ood": ood[0]} if ood else {}),
                       "rows": [{k: round(r[k], 4) if isinstance(r[k], float) else r[k] for k in KEEP if k in r}
                                for r in rows]})
     variant, mode, g = ARMS[arm]

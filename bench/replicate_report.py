@@ -301,7 +301,10 @@ REAL_NOTES = {
     3: "VIS and TIS differ only on peer tokens whose ratio leaves [1 - eps, 1 + eps]: a small share here. "
        "This pair has one model size, so the paper's 'clearly for the larger model' cannot be tested.",
     4: "The same comparison as claim 1 with the paper's correction on. Out of distribution was not measured "
-       "on the real model (no OOD set was evaluated in these runs).",
+       "in these runs. Runs from now on evaluate it after round 50 (`task.ood_task`/`ood_options`: sums and "
+       "differences of two 2-digit numbers; training's second operand has 1 digit), a set where the instruct "
+       "model is well above its floor: greedy pass@1 before RL 20.6 % on it against 28.8 % in distribution "
+       "(500 problems each, fp32 on the 2-core EPYC).",
     5: "Ran on the third loan (5 seeds, horizontal as the paper defines it) and found a fault instead of a "
        "result: none of the 5 runs reached round 25 in the 515 s every vertical run needed under 400 s for. "
        "In horizontal mode both nodes answer the same prompts, and two confident models often write the same "

@@ -140,12 +140,15 @@ class TaskConfig:
     """Out-of-distribution task evaluated once at the end (e.g. math500); None = skip."""
     ood_data: str | None = None
     """Data location for ood_task."""
+    ood_options: dict[str, Any] = field(default_factory=dict)
+    """Options of ood_task (e.g. arith {second_digits: 2}: sums of two 2-digit numbers, never trained on)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Task-specific options (e.g. arith: digits, seed)."""
 
     def __post_init__(self):
         _check(bool(self.name), "task.name must not be empty")
         _check(self.eval_limit is None or self.eval_limit >= 0, "task.eval_limit must be >= 0")
+        _check(bool(self.ood_task) or not self.ood_options, "task.ood_options needs task.ood_task")
 
 
 @dataclass

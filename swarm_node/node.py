@@ -293,7 +293,7 @@ def implausible_only(sources: list[str], positive, dropped) -> set[str]:
 
 def evaluate_ood(cfg: NodeConfig, sampler: Sampler, policy: Policy, metrics: MetricsWriter) -> dict:
     """Greedy pass@1 on the out-of-distribution task, once at the end, as its own metrics row."""
-    ood = load_task(cfg.task.ood_task, cfg.task.ood_data)
+    ood = load_task(cfg.task.ood_task, cfg.task.ood_data, **cfg.task.ood_options)
     result = pass_at_1(sampler, policy, ood, held_out(ood, cfg.task.eval_limit), cfg.rollout.max_new_tokens)
     row = {M.ROUND: cfg.train.rounds, M.NODE: cfg.name, M.OOD_ACCURACY: result["accuracy"], M.OOD_N: result["n"]}
     metrics.write(row)

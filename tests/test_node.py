@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from swarm_node.config import ModelConfig, load_config
+from swarm_node.config import ConfigError, ModelConfig, load_config
 from swarm_node.metrics import read_metrics
 from swarm_node.node import run
 from swarm_node.train.policy import Policy
@@ -29,6 +29,17 @@ def test_alone_run_writes_metrics_config_and_checkpoints(tmp_path):
     assert read_metrics(tmp_path / "metrics.jsonl") == json.loads(json.dumps(rows))
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["model"]["name"] == "tiny-s"
     assert (tmp_path / "checkpoints" / "latest").read_text() == "round-000003"
+
+
+def test_out_of_distribution_task_is_built_with_its_own_options_and_evaluated_once_at_the_end(tmp_path):
+    cfg = load_config(None, FAST + ["train.rounds=1", f"out={tmp_path}", "task.ood_task=arith",
+                                    "task.ood_options={second_digits: 2, test_size: 5}"])
+    rows = run(cfg)
+    ood = [r for r in rows if "ood/accuracy" in r]
+    assert len(ood) == 1 and ood[0]["round"] == 1
+    assert ood[0]["ood/n"] == 5  # the options' test split (5), not eval_limit's 8 of the default one
+    with pytest.raises(ConfigError, match="ood_options needs task.ood_task"):
+        load_config(None, FAST + ["task.ood_options={second_digits: 2}"])
 
 
 def test_resume_continues_without_gaps_or_repeats(tmp_path):

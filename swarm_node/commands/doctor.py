@@ -313,8 +313,8 @@ def _task_check(cfg) -> Check:
     from swarm_node.tasks.data import DATA_ENV
 
     t = cfg.task
-    wanted = [(t.name, t.data, t.options)] + [(n, d, {}) for n, d in ((t.eval_task, getattr(t, "eval_data", None)),
-                                                                       (t.ood_task, t.ood_data)) if n]
+    wanted = [(t.name, t.data, t.options)] + [(n, d, o) for n, d, o in ((t.eval_task, t.eval_data, {}),
+                                                                          (t.ood_task, t.ood_data, t.ood_options)) if n]
     loaded = []
     for name, data, options in wanted:
         needs_hub = name != "arith" and (data is None and not os.environ.get(DATA_ENV)
