@@ -125,18 +125,20 @@ class PacedTransport(ScriptedTransport):
         time.sleep(deadline_s)
         return Collected([], peers=len(self.names))
 
-    def peers(self):
-        return [PeerInfo(p, "m", "t", 2, 5, 1, [], 0.0) for p in self.names]
+    def peers(self):  # QmNew... offer a packet of round 5; QmSilentNew... offer nothing
+        return [PeerInfo(p, "m", "t", 2, 5, 1, [(5, f"sha256:{p}", 9)] if p.startswith("QmNew") else [], 0.0)
+                for p in self.names]
 
     def neighbours(self):
         return {p: {"outbound": False, "credits": 3 if p in self.credited_lately else int(p == "QmLaggard"),
-                    "rounds_idle": 1 if p in self.credited_lately else 0 if p == "QmNew" else 3} for p in self.names}
+                    "rounds_idle": 1 if p in self.credited_lately else 0 if "New" in p else 3} for p in self.names}
 
 
 def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_others():
     """min_peers = 1: QmFast's packet ends the wait as before, but QmSlow, a neighbour that delivered
     lately and not yet this round, still gets fair_wait_s; one that delivered lately and goes silent
-    costs at most fair_wait_s; one that never delivered (a free Sybil id) costs nothing."""
+    costs at most fair_wait_s; one that never delivered (a free Sybil id) costs nothing, in its first
+    rounds too unless it offers a packet of the wanted rounds."""
     def run(fair_wait_s: float, neighbours: list[str], batches: list[list[str]], credited=("QmSlow", "QmSilent")):
         cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=20",
                                  f"swarm.fair_wait_s={fair_wait_s}"])
@@ -162,6 +164,9 @@ def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_othe
     assert seconds < 0.5
     accepted, _, _ = run(2.0, ["QmFast", "QmNew"], [["QmFast"], ["QmNew"]])  # a new neighbour's first rounds
     assert accepted == ["QmFast", "QmNew"]
+    silent_new = [f"QmSilentNew{i}" for i in range(16)]  # new neighbours offering nothing: not waited for
+    accepted, calls, seconds = run(2.0, ["QmFast", *silent_new], [["QmFast"]])
+    assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():
