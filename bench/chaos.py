@@ -52,8 +52,8 @@ ARITH = {"digits": 2, "second_digits": 1}
 # The demo's warm start (cached). GRPO alone learns from it (pass@1 0.148 -> 0.23-0.29 in 75 rounds);
 # from the 600-step one it loses (0.172 -> 0.12-0.15 at lr 5e-6..2e-5, G 4 or 12), hiding any poisoning.
 WARMSTART = "train.warmstart_steps=800"
-PROFILES = {  # rounds of the run, its wall budget, the round deadline, the split's length (s)
-    "test": {"rounds": 75, "budget_s": 230, "deadline_s": 2.0, "split_s": 20, "eval_n": 500},
+PROFILES = {  # rounds of the run, its wall budget, the round deadline, the split's length (s); test: 230.8 s at load 1
+    "test": {"rounds": 75, "budget_s": 280, "deadline_s": 2.0, "split_s": 20, "eval_n": 500},
     "quick": {"rounds": 190, "budget_s": 540, "deadline_s": 2.0, "split_s": 40, "eval_n": 500},
     "full": {"rounds": 1000, "budget_s": 2580, "deadline_s": 2.0, "split_s": 120, "eval_n": 500},
 }

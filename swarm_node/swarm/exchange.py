@@ -174,7 +174,7 @@ class Exchange:
         team 2, `laggard`). Without the newcomer's rounds, Sybils that deliver first every round
         left a new honest peer's first packet out, and it never earned the wait (crowded out). Without
         the offer, 16 silent Sybils cycling through our dialled slots bought 2 s in 2 of every 5 rounds
-        (session 16: V's median round 1.5-2.6x the no-attack one)."""
+        (session 16: V's median round 1.5-2.7x the no-attack one)."""
         producers = {p.peer_id: p for p in self.transport.peers() if p.produces}
         scores = self.transport.neighbours() if producers else {}
         return {p for p, info in producers.items() if p in scores and scores[p]["rounds_idle"] < FAIR_ROUNDS
