@@ -1,7 +1,8 @@
 """Issue 27's eclipse campaign with real processes: live Sybils (swarm_node/harness/sybils.py) against an
 honest pair V + H, both join orders, several trials, beside no-attack baselines; `--kind liar`: Sybils that
 offer made-up packets (a producer's look, until fetched); `--kind busy`: Sybils that offer made-up packets
-and answer every fetch `busy` (never found out by a fetch); `--kind wrongkeep`: Sybils that deliver valid
+and answer every fetch `busy` (never found out by a fetch); `--kind stall`: Sybils that offer made-up
+packets and hold every fetch open without a byte (found out only by the fetch timeout); `--kind wrongkeep`: Sybils that deliver valid
 packets of all-wrong groups instead (red team 2).
 
 Every node is a real `swarm-node join` process on 127.0.0.1 at the project defaults for tiny-s
@@ -103,12 +104,12 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         sybil_ids: list[str] = []
 
         def sybils() -> None:
-            if kind in ("empty", "liar", "busy"):  # k hosts in one process that never deliver (liar: offer made-up
-                #   packets; busy: offer them and answer every fetch `busy`)
+            if kind in ("empty", "liar", "busy", "stall"):  # k hosts in one process that never deliver (liar: offer made-up
+                #   packets; busy: offer them and answer every fetch `busy`; stall: hold every fetch open)
                 s = NodeProcess([sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(k), "--peers",
                                  v.address(), "--run-id", run, "--model", model, "--seconds", "1500",
                                  "--summary", str(tmp / "sybils.json"),
-                                 *([f"--{kind}"] if kind in ("liar", "busy") else [])],
+                                 *([f"--{kind}"] if kind in ("liar", "busy", "stall") else [])],
                                 log=tmp / "sybils.log")
                 procs.append(s.start())  # started on every core: starting 64 hosts on one took over 900 s
                 sybil_ids.extend(s.wait_line("SYBILS ", SYBILS_START_S).split()[1:])
@@ -201,7 +202,7 @@ def main() -> int:
     ap.add_argument("--orders", nargs="+", default=["sybils-first", "honest-first"])
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--kind", default="empty", help="empty (never deliver), liar (offer packets nobody serves), busy "
-                                                     "(offer them, answer every fetch busy) or "
+                                                     "(offer them, answer every fetch busy), stall (offer them, hold every fetch open) or "
                                                      "a poisoner kind that delivers (wrongkeep)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--results", default=str(RESULTS))

@@ -114,16 +114,16 @@ class PacedTransport(ScriptedTransport):
     """Scripted batches, then waits out each call's deadline like a real transport with nothing to
     deliver. Neighbours named in `credited` delivered last round; the others never did."""
 
-    def __init__(self, neighbours: list[str], credited: set[str]):
+    def __init__(self, neighbours: list[str], credited: set[str], refusing: frozenset = frozenset()):
         super().__init__()
-        self.names, self.credited_lately = neighbours, credited
+        self.names, self.credited_lately, self.refusing = neighbours, credited, refusing
 
-    def collect(self, oldest, newest, min_peers, deadline_s):
+    def collect(self, oldest, newest, min_peers, deadline_s):  # `refusing` answer every fetch busy
         self.calls.append(min_peers)
         if self.batches:
-            return Collected(self.batches.pop(0), peers=len(self.names))
+            return Collected(self.batches.pop(0), peers=len(self.names), failed=set(self.refusing))
         time.sleep(deadline_s)
-        return Collected([], peers=len(self.names))
+        return Collected([], peers=len(self.names), failed=set(self.refusing))
 
     def peers(self):  # QmNew... offer a packet of round 5; QmSilentNew... offer nothing
         return [PeerInfo(p, "m", "t", 2, 5, 1, [(5, f"sha256:{p}", 9)] if p.startswith("QmNew") else [], 0.0)
@@ -167,6 +167,30 @@ def test_fair_arrival_a_peer_that_always_comes_first_does_not_crowd_out_the_othe
     silent_new = [f"QmSilentNew{i}" for i in range(16)]  # new neighbours offering nothing: not waited for
     accepted, calls, seconds = run(2.0, ["QmFast", *silent_new], [["QmFast"]])
     assert accepted == ["QmFast"] and calls == [1] and seconds < 0.5
+
+
+def test_a_new_neighbour_that_refuses_a_fetch_or_lets_a_fair_wait_run_out_is_not_waited_for_again():
+    """New neighbours offering a packet of the wanted rounds: 16 that answer every fetch `busy` (a
+    packet nobody can fetch) cost no wait; one that holds its fetch open costs one fair wait, in its
+    first round only, not again in its second."""
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=20", "swarm.fair_wait_s=1.0"])
+    busy = [f"QmNewBusy{i}" for i in range(16)]
+    transport = PacedTransport(["QmFast", *busy], set(), refusing=frozenset(busy))
+    exchange = Exchange(transport, cfg.swarm, "m", "t")
+    for r in (5, 6):
+        transport.batches = [[Received("QmFast", r, f"sha256:fast{r}", b"fast")]]
+        t0 = time.monotonic()
+        accepted, _ = exchange.collect(r, AdmitAll())
+        assert [p for p, _ in accepted] == ["QmFast"] and time.monotonic() - t0 < 0.5, r
+    transport = PacedTransport(["QmFast", "QmNewStalling"], set())
+    exchange = Exchange(transport, cfg.swarm, "m", "t")
+    seconds = []
+    for r in (5, 6):
+        transport.batches = [[Received("QmFast", r, f"sha256:fast{r}", b"fast")]]
+        t0 = time.monotonic()
+        exchange.collect(r, AdmitAll())
+        seconds.append(time.monotonic() - t0)
+    assert 0.9 <= seconds[0] < 1.5 and seconds[1] < 0.5, seconds
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():

@@ -48,6 +48,7 @@ def test_collect_is_deadline_bounded_deduplicated_and_remembers_deliveries():
         assert set(state.delivered) == {d} and got.peers == 2
         assert (("QmA", packet_digest(b"x")) not in calls) and calls.count(("QmA", d)) == 1
         assert got.dropped == Counter({"digest_mismatch": 2})  # once per (peer, digest), whatever the retries
+        assert got.failed == {"QmA", "QmB"}  # the peers whose fetches failed (the exchange's fair wait reads it)
         got = await collect_offers(_lister(peers), fake_fetch, LIMITS, Delivery(), min_count=0, deadline_s=5, **kw)
         assert len(got.packets) == 1  # min_count=0: one pass, then return
 
@@ -170,6 +171,27 @@ def test_stallers_filling_every_slot_delay_an_honest_packet_by_one_fetch_timeout
         assert 0.5 <= elapsed < 0.5 + 0.3
         asked = Counter(p for p, _ in fetched)  # the first two stalled once each, then rested; never asked again
         assert asked["QmStall0"] == asked["QmStall1"] == asked["QmHonest"] == 1
+        assert got.failed == {"QmStall0", "QmStall1"}  # timed out; QmStall2 was never asked
+
+    asyncio.run(main())
+
+
+def test_stallers_filling_every_slot_do_not_hold_up_a_peer_named_first():
+    """The same 3 stallers fill both slots; then the honest peer offers, one whose packets our steps
+    took (`first`): it has slots of its own, and its packet arrives within a poll, not a fetch timeout."""
+    stallers = [_peer(f"QmStall{i}", [(1, packet_digest(b"s%d" % i), 10)]) for i in range(3)]
+    honest = _peer("QmHonest", [(1, packet_digest(b"honest"), 6)])
+
+    async def main():
+        limits = CollectLimits(fetch_timeout_s=1.0, max_packet_bytes=2**20, max_peer_packets=4, max_peer_bytes=2**20,
+                               max_parallel=2, poll_s=0.05)
+        t0 = time.monotonic()
+
+        async def list_peers(timeout):  # the honest offer comes 0.1 s after the stallers took the slots
+            return stallers + ([honest] if time.monotonic() - t0 > 0.1 else [])
+        got = await collect_offers(list_peers, _staller([]), limits, Delivery(), wanted=lambda r: True,
+                                   min_count=1, deadline_s=10, first={"QmHonest"}.__contains__)
+        assert [g.peer_id for g in got.packets] == ["QmHonest"] and time.monotonic() - t0 < 0.4
 
     asyncio.run(main())
 

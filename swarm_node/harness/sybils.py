@@ -4,7 +4,8 @@ Each Sybil speaks the protocol and cheats the mesh as issue 27's red team did: i
 `degree: 0`, takes every peer that dials it, never prunes or evicts, dials every peer it learns,
 names the other Sybils in peer exchange (they know each other from the start) and announces the
 victims' round and model, but never offers a packet (with `--lie`: offers one nobody serves; with
-`--busy`: offers one and answers every fetch `busy`, so no fetch ever finds it out). An honest node should give such a neighbour
+`--busy`: offers one and answers every fetch `busy`, so no fetch ever finds it out; with `--stall`: offers one
+and holds every fetch open without a byte, until the fetcher gives up). An honest node should give such a neighbour
 no lasting slot (it credits only neighbours that deliver, `net/scores.py`) and keep its honest
 neighbours however many Sybils knock. Used by bench/redteam_eclipse.py.
 
@@ -18,6 +19,7 @@ per round, the neighbours each Sybil believes it holds.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import secrets
 import signal
 import sys
@@ -30,6 +32,8 @@ from swarm_node.harness.hostile import PublicModel
 from swarm_node.net.announce import Mesh
 from swarm_node.net.fetch import PacketServer, refuse_stream
 from swarm_node.net.records import STATUS_BUSY, encode_frame
+
+STALL_S = 60.0  # a stalling Sybil holds each fetch this long at most
 
 
 class SybilMesh(Mesh):
@@ -67,6 +71,17 @@ class BusyServer(PacketServer):
         refuse_stream(writer, encode_frame({"status": STATUS_BUSY}))
 
 
+class StallingServer(PacketServer):
+    """Holds every fetch open without answering, for STALL_S (the fetcher's timeout ends it first):
+    the adaptive form of `busy`, since a refusal is an answer and a held stream is not (session 17)."""
+
+    async def handle(self, reader, writer, peer: object = None) -> None:
+        try:
+            await asyncio.sleep(STALL_S)
+        finally:
+            writer.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="Sybil peer ids (one p2pd each)")
@@ -80,10 +95,11 @@ def main() -> int:
     ap.add_argument("--summary", default=None)
     ap.add_argument("--lie", action="store_true", help="offer a made-up packet in every announcement")
     ap.add_argument("--busy", action="store_true", help="offer a made-up packet and answer every fetch `busy`")
+    ap.add_argument("--stall", action="store_true", help="offer a made-up packet and hold every fetch open, silent")
     args = ap.parse_args()
-    SybilMesh.lie = args.lie or args.busy
-    if args.busy:
-        hivemind_transport.PacketServer = BusyServer
+    SybilMesh.lie = args.lie or args.busy or args.stall
+    if args.busy or args.stall:
+        hivemind_transport.PacketServer = BusyServer if args.busy else StallingServer
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     hivemind_transport.Mesh = SybilMesh  # every transport of this process builds a Sybil mesh
     sybils, summary = [], {"k": args.k, "ids": [], "rounds": {}}

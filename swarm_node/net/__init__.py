@@ -74,6 +74,7 @@ class Collected:
     packets: list[Received] = field(default_factory=list)
     peers: int = 0  # live peers of this run seen during the call
     dropped: Counter = field(default_factory=Counter)  # reason -> offers not fetched (stale, flood, oversize, ...)
+    failed: set[str] = field(default_factory=set)  # peers a fetch of which was refused or failed during the call
 
 
 class Transport(Protocol):

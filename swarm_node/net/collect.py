@@ -15,6 +15,9 @@ Per-peer limits (a hostile peer gets no more than an honest one):
 
 * one fetch in flight per peer, so a stalling peer holds at most one of the `max_parallel` slots;
   after a timed-out or failed fetch the peer gets no new fetch for `fetch_timeout_s`;
+* the peers the transport names `first` (those whose packets our steps took) have `max_parallel`
+  slots of their own: stalling ids that fill every other slot hold up only newcomers, by one fetch
+  timeout at most (16 stalling Sybils: the victim's exchange took up to 5.3 s a round, session 17);
 * one packet per (peer, round), ever: `Delivery.taken` maps (peer, round) to the digest fetched
   for it; another digest offered by that peer for that round is never fetched (`duplicate_round`);
 * within one call at most `max_peer_packets` packets and `max_peer_bytes` declared bytes per peer
@@ -79,7 +82,7 @@ class CollectLimits:
     max_packet_bytes: int  # offers declaring more are never fetched
     max_peer_packets: int  # per call and peer
     max_peer_bytes: int  # declared bytes per call and peer
-    max_parallel: int = 8  # fetches in flight at once (from distinct peers)
+    max_parallel: int = 8  # fetches in flight at once (from distinct peers), per pool (`first` or not)
     lookup_timeout_s: float = 10.0  # one peer listing at most (clamped to the deadline)
     poll_s: float = 0.25  # the peer listing is re-read this often, fetches pending or not
     idle_wait_s: float | None = None  # wait when no believed producer is near (None: the whole deadline)
@@ -129,16 +132,18 @@ class Delivery:
 async def collect_offers(list_peers: ListPeers, fetch: Fetch, limits: CollectLimits, state: Delivery, *,
                          wanted: Callable[[int], bool], min_count: int, deadline_s: float, oldest: int | None = None,
                          newest: int | None = None, keep: Callable[[PeerInfo], bool] | None = None,
-                         count_peers: bool = True) -> Collected:
+                         first: Callable[[str], bool] | None = None, count_peers: bool = True) -> Collected:
     """Fetch offered packets of `wanted` rounds not yet delivered until `min_count` distinct peers'
     packets (packets, without `count_peers`) arrived (one pass if <= 0) or `deadline_s` passed.
     `newest`: the newest round wanted; when every peer is already past it with nothing wanted left,
     nothing useful can come and the call returns early (a node that fell behind catches up instead
-    of waiting every round). `keep` filters peers (e.g. same protocol version)."""
+    of waiting every round). `keep` filters peers (e.g. same protocol version); `first` names the
+    peers fetched first, from slots of their own (see the module docstring)."""
     state.bound()
     if oldest is not None:
         state.forget_before(oldest - FORGET_ROUNDS)
-    collector = Collector(list_peers, fetch, limits, state, wanted, keep or (lambda p: True), oldest, newest)
+    collector = Collector(list_peers, fetch, limits, state, wanted, keep or (lambda p: True), oldest, newest,
+                          first or (lambda peer: False))
     return await collector.run(min_count, deadline_s, count_peers)
 
 
@@ -147,9 +152,9 @@ class Collector:
 
     def __init__(self, list_peers: ListPeers, fetch: Fetch, limits: CollectLimits, state: Delivery,
                  wanted: Callable[[int], bool], keep: Callable[[PeerInfo], bool], oldest: int | None,
-                 newest: int | None):
+                 newest: int | None, first: Callable[[str], bool]):
         self.list_peers, self.fetch, self.limits, self.state = list_peers, fetch, limits, state
-        self.wanted, self.keep, self.oldest, self.newest = wanted, keep, oldest, newest
+        self.wanted, self.keep, self.oldest, self.newest, self.first = wanted, keep, oldest, newest, first
         self.result = Collected()
         self.peers: list[PeerInfo] = []  # the latest listing (kept peers only)
         self.peers_seen: set[str] = set()
@@ -286,13 +291,15 @@ class Collector:
         return None
 
     def start_fetches(self) -> None:
-        """Start one fetch for each idle peer with a fetchable offer (its least-tried one), while slots
-        are free: peers whose fetches failed in this call last, then the least served; count the
-        offers that may not be fetched."""
+        """Start one fetch for each idle peer with a fetchable offer (its least-tried one), while its
+        pool (`first` or not) has free slots: peers whose fetches failed in this call last, then the
+        `first` ones, then the least served; count the offers that may not be fetched."""
         now = self.loop.time()
         busy = {peer for peer, _, _, _ in self.in_flight.values()}
         in_flight = {d for _, _, d, _ in self.in_flight.values()}
-        for info in sorted(self.peers, key=lambda p: (self.failures[p.peer_id], self.used[p.peer_id])):
+        slots_used = Counter(self.first(peer) for peer in busy)  # fetches in flight per pool
+        for info in sorted(self.peers, key=lambda p: (self.failures[p.peer_id], not self.first(p.peer_id),
+                                                      self.used[p.peer_id])):
             peer, fetchable = info.peer_id, []
             for r, d, size in info.offers:
                 if d in in_flight or self.ignored(peer, r, d, now):
@@ -306,8 +313,10 @@ class Collector:
                     fetchable.append((self.tries[(peer, d)], r, d, size))
             if not fetchable or peer in busy or self.peer_rest_until.get(peer, 0.0) > now:
                 continue
-            if len(self.in_flight) >= self.limits.max_parallel:
+            pool = self.first(peer)
+            if slots_used[pool] >= self.limits.max_parallel:
                 continue  # keep classifying the others' offers; no slot for them now
+            slots_used[pool] += 1
             _, r, d, size = min(fetchable, key=lambda x: x[0])  # a failing offer does not block the peer's others
             self.deferred.pop((peer, d), None)
             self.use(peer, size, +1)
@@ -337,6 +346,7 @@ class Collector:
                 self.result.packets.append(Received(peer_id=peer, round=r, digest=d, data=data))
             return
         now = self.loop.time()
+        self.result.failed.add(peer)
         if reason in (MISMATCH, OVERSIZE):  # not what it offered: never ask that peer for it again
             self.drop(peer, d, "digest_mismatch" if reason == MISMATCH else OVERSIZE)
             self.state.distrust(peer, d)

@@ -325,15 +325,15 @@ class HivemindTransport:
             await self._astore_record()
 
     def collect(self, oldest: int, newest: int, min_peers: int, deadline_s: float) -> Collected:
-        limits = CollectLimits.from_config(self.cfg)
-        if self._push is not None:  # the peer list is local memory: re-reading it often costs nothing
-            limits = dataclasses.replace(limits, poll_s=LOCAL_POLL_S)
+        limits = CollectLimits.from_config(self.cfg)  # v2: the peer list is local memory, re-read often for nothing
+        limits = dataclasses.replace(limits, poll_s=LOCAL_POLL_S) if self._push is not None else limits
 
-        async def run() -> Collected:
+        async def run() -> Collected:  # credited neighbours are fetched first, from slots of their own
+            credited = {p for p, s in self._push.mesh.scores().items() if s["credits"]} if self._push else set()
             got = await collect_offers(
                 lambda t: self._apeers(t, trials=True), self._afetch, limits, self._delivery,
                 wanted=lambda r: oldest <= r <= newest, min_count=min_peers, deadline_s=deadline_s, oldest=oldest,
-                newest=newest, keep=lambda p: p.protocol == self.protocol)
+                newest=newest, keep=lambda p: p.protocol == self.protocol, first=credited.__contains__)
             if self._push is not None:
                 got.dropped.update(self._push.mesh.take_dropped())  # offers stripped when their announcement arrived
             return got

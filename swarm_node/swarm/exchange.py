@@ -9,7 +9,8 @@
               this round that delivered, or joined, in our last FAIR_ROUNDS rounds: a peer that
               offers rounds ahead and always arrives first used to end every wait and crowd the
               honest peer out (0 bytes from it in 100 of 100 rounds); a neighbour silent for longer
-              is not waited for (free Sybil ids would each buy every round the wait)
+              is not waited for (free Sybil ids would each buy every round the wait), nor a new one
+              after a fetch of it failed or a wait for it ran out (`_fair_wait_for`)
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness, and
@@ -47,6 +48,8 @@ from swarm_node.wire.contract import by_reference
 log = logging.getLogger(__name__)
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
 FAIR_ROUNDS = 2  # fair arrival waits only for neighbours that delivered a packet we took in one of our last 2 rounds
+REFUSAL_ROUNDS = 100  # a neighbour that refused a fetch or let a fair wait run out: no newcomer wait for 100 rounds
+FAIR_SLICE_S = 0.25  # during a fair wait, whom to wait for is asked again this often (a refusal ends it)
 IMPLAUSIBLE_ROUNDS = 20  # a peer found implausible: its untaken packets do not keep it from idling for 20 rounds
 
 
@@ -70,6 +73,8 @@ class Exchange:
         self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
         self.implausible_at: dict[str, int] = {}  # peer -> our last round whose step found all its positives implausible
+        self.refused_at: dict[str, int] = {}  # peer -> our last round in which a fetch of it failed or was refused,
+        #   or a fair wait for it as a new neighbour ran out: no more newcomer waits for it (`_fair_wait_for`)
         transport.measure()  # we credit useful packets (`credit`): the mesh may replace neighbours that deliver none
 
     def offer(self, round_index: int, policy_version: int, own: list[Group]) -> dict:
@@ -96,16 +101,21 @@ class Exchange:
         t_end = time.monotonic() + self._deadline()
         heard: set[str] = set()  # peers that delivered a packet this round (accepted or not)
         t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
+        fair_for: set[str] = set()  # the neighbours a fair wait was spent on this round
         for _ in range(MAX_COLLECTS):
             have = {peer for peer, _ in accepted}
             if t_fair is None and 0 < s.min_peers <= len(have):  # min_peers 0: one pass, as asked
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
             if t_fair is None:
                 got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
-            elif self._fair_wait_for(oldest, newest) - heard and time.monotonic() < t_fair:
-                got = self.transport.collect(oldest, newest, 1, max(0.0, t_fair - time.monotonic()))
             else:
-                break
+                wait_for = self._fair_wait_for(oldest, newest) - heard
+                if not wait_for or time.monotonic() >= t_fair:
+                    break
+                fair_for |= wait_for
+                slice_end = min(t_fair, time.monotonic() + FAIR_SLICE_S)  # then ask again whom to wait for
+                got = self.transport.collect(oldest, newest, 1, max(0.0, slice_end - time.monotonic()))
+            self.refused_at.update(dict.fromkeys(got.failed, round_index))
             rejected.update(got.dropped)
             peers = max(peers, got.peers)
             n_received += len(got.packets)
@@ -116,8 +126,9 @@ class Exchange:
                     accepted.append((item.peer_id, packet))
                     packet_bytes_in += len(item.data)
                     lagging += not oldest <= item.round <= newest  # a slower or faster peer's newest (max_lag)
-            if not got.packets or time.monotonic() >= t_end:  # the transport expects nothing more in time
-                break
+            if time.monotonic() >= t_end or not got.packets and (t_fair is None or time.monotonic() < slice_end - 0.01):
+                break  # the transport expects nothing more in time
+        self._note_refusals(fair_for - heard, round_index)
         after = self.transport.stats()
         groups_in = [g for _, p in accepted for g in p.groups]
         stats = {M.PEERS: peers, M.PACKETS_RECEIVED: n_received, M.PACKETS_ACCEPTED: len(accepted),
@@ -167,18 +178,27 @@ class Exchange:
         """Neighbours a fair wait is for: producers whose packets a step of ours took (or had no room
         for, though they could teach) in one of our last FAIR_ROUNDS rounds (`credit`), and new
         neighbours in their first FAIR_ROUNDS rounds (`rounds_idle` counts from whichever is later)
-        that offer a packet of the wanted rounds, so a peer buys at most fair_wait_s of our time per
-        packet it delivered, plus its first rounds if it offers one.
+        that offer a packet of the wanted rounds, until a fetch of theirs fails or is refused or a
+        wait for them runs out (`refused_at`). So a peer buys at most fair_wait_s of our time per
+        packet it delivered, and a new id at most one fair wait, by holding a fetch open.
         Before: every producer not heard from was waited for, and 3 silent live Sybils made every
         round 9x slower (bench/redteam_eclipse.py); one delivering every 4th round kept every round 2 s longer (red
         team 2, `laggard`). Without the newcomer's rounds, Sybils that deliver first every round
         left a new honest peer's first packet out, and it never earned the wait (crowded out). Without
         the offer, 16 silent Sybils cycling through our dialled slots bought 2 s in 2 of every 5 rounds
-        (session 16: V's median round 1.5-2.7x the no-attack one)."""
+        (session 16: V's median round 1.5-2.7x the no-attack one); without the refusals, Sybils
+        offering packets they answer `busy` still did (session 17)."""
         producers = {p.peer_id: p for p in self.transport.peers() if p.produces}
         scores = self.transport.neighbours() if producers else {}
         return {p for p, info in producers.items() if p in scores and scores[p]["rounds_idle"] < FAIR_ROUNDS
-                and (scores[p]["credits"] > 0 or any(oldest <= o[0] <= newest for o in info.offers))}
+                and (scores[p]["credits"] > 0 or p not in self.refused_at
+                     and any(oldest <= o[0] <= newest for o in info.offers))}
+
+    def _note_refusals(self, waited_in_vain: set[str], round_index: int) -> None:
+        """Remember the neighbours a fair wait this round ran out on; forget refusals older than
+        REFUSAL_ROUNDS (a peer that returns that much later is new again)."""
+        self.refused_at.update(dict.fromkeys(waited_in_vain, round_index))
+        self.refused_at = {p: r for p, r in self.refused_at.items() if round_index - r < REFUSAL_ROUNDS}
 
     def _deadline(self) -> float:
         """The round's wait: `deadline_s`, except for the first node of a new swarm while nobody has
