@@ -439,6 +439,10 @@ class Mesh:
         return {p: {**n.score.as_dict(self.round), "offers": self.offering(p), "addr": n.addr}
                 for p, n in list(self.neighbors.items())}
 
+    def credited(self) -> set[str]:
+        """The neighbors whose packets our steps took (credits > 0): fetched first, from slots of their own."""
+        return {p for p, n in self.neighbors.items() if n.score.credits}
+
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
         """Up to n peers to dial, at random among those known; first the anchors (the best outbound
         neighbours of our last run) while we have fewer than out_quota outbound, then initial peers

@@ -329,7 +329,7 @@ class HivemindTransport:
         limits = dataclasses.replace(limits, poll_s=LOCAL_POLL_S) if self._push is not None else limits
 
         async def run() -> Collected:  # credited neighbours are fetched first, from slots of their own
-            credited = {p for p, s in self._push.mesh.scores().items() if s["credits"]} if self._push else set()
+            credited = self._push.mesh.credited() if self._push is not None else set()
             got = await collect_offers(
                 lambda t: self._apeers(t, trials=True), self._afetch, limits, self._delivery,
                 wanted=lambda r: oldest <= r <= newest, min_count=min_peers, deadline_s=deadline_s, oldest=oldest,

@@ -178,7 +178,8 @@ class MemoryTransport:
             return self.peers() + trials
 
         limits = dataclasses.replace(CollectLimits.from_config(self.cfg), poll_s=LOCAL_POLL_S)
-        credited = {p for p, s in self.neighbours().items() if s["credits"]}  # fetched first, from slots of their own
+        with self.network.lock:
+            credited = self._mesh.credited()
         got = asyncio.run(collect_offers(
             list_peers, self._afetch, limits, self._delivery, wanted=lambda r: oldest <= r <= newest,
             min_count=min_peers, deadline_s=deadline_s, oldest=oldest, newest=newest,
