@@ -92,6 +92,20 @@ def round_ends(log: str) -> dict[int, float]:
     return ends
 
 
+def after_h_spread(rows: list[dict]) -> dict:
+    """V's rounds after H's first: round and exchange p90 and max, and the failed fetches per round
+    (refused, timed out, broken; rows of older runs lack the key)."""
+    def p90(xs: list[float]) -> float:
+        return sorted(xs)[int(0.9 * (len(xs) - 1))]
+    if not rows:
+        return {}
+    rounds, exchanges = [r["time/round_s"] for r in rows], [r["time/exchange_s"] for r in rows]
+    failures = [r.get("swarm/fetch_failures", 0) for r in rows]
+    return {"round_p90_after_h_s": p90(rounds), "round_max_after_h_s": max(rounds),
+            "exchange_p90_after_h_s": p90(exchanges), "exchange_max_after_h_s": max(exchanges),
+            "fetch_failures_per_round_after_h": statistics.mean(failures)}
+
+
 def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty", pin: bool = False) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
     run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
@@ -160,6 +174,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                 "rounds_after_h": len(after_h),
                 "median_round_after_h_s": statistics.median(r["time/round_s"] for r in after_h) if after_h else None,
                 "median_round_s": statistics.median(r["time/round_s"] for r in v_rows),
+                **after_h_spread(after_h),
                 "first_linked_round": linked[0] if linked else None, "unlinked_rounds_after_link": unlinked_after,
                 "sybil_longest_slot_rounds": max((longest_run(seen, s) for s in sybil_ids), default=0),
                 "sybil_longest_slot_id": max(sybil_ids, key=lambda s: longest_run(seen, s), default=None),
@@ -177,7 +192,8 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
 def table(runs: list[dict]) -> str:
     lines = ["| Sybils | kind | order | trials | honest packets in V's rounds (min) | ... in V's rounds after H's first "
              "(min) | median round s (max) | ... after H's first (max) | V-H unlinked after linking | longest Sybil slot, "
-             "rounds (max) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "rounds (max) | round p90 after H's first (max) | exchange after H's first, max s | failed fetches a round "
+             "(max) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
         groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"], r.get("pinned", False)),
@@ -192,7 +208,9 @@ def table(runs: list[dict]) -> str:
                      f"{max(r['median_round_s'] for r in rs):.2f} | "
                      f"{worst(rs, 'median_round_after_h_s', max)} | "
                      f"{sum(len(r['unlinked_rounds_after_link']) for r in rs)} | "
-                     f"{max(r['sybil_longest_slot_rounds'] for r in rs)} |")
+                     f"{max(r['sybil_longest_slot_rounds'] for r in rs)} | "
+                     f"{worst(rs, 'round_p90_after_h_s', max)} | {worst(rs, 'exchange_max_after_h_s', max)} | "
+                     f"{worst(rs, 'fetch_failures_per_round_after_h', max)} |")
     return "\n".join(lines)
 
 

@@ -48,6 +48,7 @@ BYTES_IN, BYTES_OUT = "swarm/bytes_in", "swarm/bytes_out"
 PACKET_BYTES_IN, PACKET_BYTES_OUT = "swarm/packet_bytes_in", "swarm/packet_bytes_out"
 TOKENS_IN, TOKENS_OUT, COMPLETIONS_IN = "swarm/tokens_in", "swarm/tokens_out", "swarm/completions_in"
 REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_timeouts"
+FETCH_FAILURES = "swarm/fetch_failures"  # fetches that brought no packet: refused (busy, not_found), timed out, broke
 RETOKENIZED = "swarm/completions_retokenized"  # peer completions whose ids were not our tokenizer's for their text
 GROUPS_DUPLICATE = "swarm/groups_duplicate"  # horizontal: peers' shares equal to ours, dropped (swarm/admit.py)
 FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream after a cut (relay budgets)

@@ -104,8 +104,13 @@ def test_delivery_memory_is_bounded():
         state.delivered[f"d{i}"] = i
         state.taken[("p", i)] = f"d{i}"
         state.counted.add(("p", f"d{i}", "flood"))
-    state.bound()
+        state.retry_at[("p", f"d{i}")] = 5.0 if i % 2 else 50.0
+        state.rest_until[f"p{i}"] = 50.0
+        state.failures[f"p{i}"] += 1
+    state.bound(now=10.0)
     assert len(state.delivered) == len(state.taken) == MAX_REMEMBERED and not state.counted
+    assert len(state.retry_at) == (MAX_REMEMBERED + 10) // 2 and min(state.retry_at.values()) == 50.0  # expired went
+    assert len(state.rest_until) == len(state.failures) == MAX_REMEMBERED
     assert "d9" not in state.delivered and f"d{MAX_REMEMBERED + 9}" in state.delivered  # oldest went first
     state.forget_before(MAX_REMEMBERED)
     assert sorted(state.delivered.values()) == list(range(MAX_REMEMBERED, MAX_REMEMBERED + 10))
@@ -192,6 +197,33 @@ def test_stallers_filling_every_slot_do_not_hold_up_a_peer_named_first():
         got = await collect_offers(list_peers, _staller([]), limits, Delivery(), wanted=lambda r: True,
                                    min_count=1, deadline_s=10, first={"QmHonest"}.__contains__)
         assert [g.peer_id for g in got.packets] == ["QmHonest"] and time.monotonic() - t0 < 0.4
+
+    asyncio.run(main())
+
+
+def test_a_refusing_or_failing_peer_waits_out_its_backoff_across_calls():
+    """The exchange calls collect every 0.25 s while it waits: a peer that answered `busy` (retry after
+    0.5 s) or whose fetch broke (rest for the fetch timeout) is not asked again by the next call, and a
+    peer that failed stays behind the others until it delivers (before: each call forgot all three)."""
+    busy, broken = _peer("QmBusy", [(1, packet_digest(b"b"), 6)]), _peer("QmBroken", [(1, packet_digest(b"x"), 6)])
+    asked = Counter()
+
+    async def fetch(peer, digest, timeout, size):
+        asked[peer] += 1
+        return None, ("busy" if peer == "QmBusy" else "error")
+
+    async def main():
+        state = Delivery()
+        for _ in range(4):  # 4 calls of 0.05 s within 0.3 s
+            got = await collect_offers(_lister([busy, broken]), fetch, LIMITS, state, wanted=lambda r: True,
+                                       min_count=1, deadline_s=0.05)
+            assert got.packets == []
+        assert asked == Counter({"QmBusy": 1, "QmBroken": 1})
+        assert state.failures == Counter({"QmBroken": 1}) and "QmBroken" in state.rest_until
+        await asyncio.sleep(0.5)  # busy's backoff is over, broken rests for the fetch timeout (1 s)
+        await collect_offers(_lister([busy, broken]), fetch, LIMITS, state, wanted=lambda r: True, min_count=1,
+                             deadline_s=0.05)
+        assert asked == Counter({"QmBusy": 2, "QmBroken": 1})
 
     asyncio.run(main())
 

@@ -14,7 +14,9 @@ stalling peer costs one fetch slot for at most `fetch_timeout_s`, then rests tha
 Per-peer limits (a hostile peer gets no more than an honest one):
 
 * one fetch in flight per peer, so a stalling peer holds at most one of the `max_parallel` slots;
-  after a timed-out or failed fetch the peer gets no new fetch for `fetch_timeout_s`;
+  after a timed-out or failed fetch the peer gets no new fetch for `fetch_timeout_s` and is fetched
+  after the others until it delivers; a refused offer is not asked again for `BACKOFF_S` (all three
+  kept in `Delivery`, across calls);
 * the peers the transport names `first` (those whose packets our steps took) have `max_parallel`
   slots of their own: stalling ids that fill every other slot hold up only newcomers, by one fetch
   timeout at most (16 stalling Sybils: the victim's exchange took up to 5.3 s a round, session 17);
@@ -105,6 +107,12 @@ class Delivery:
     distrusted: set[tuple[str, str]] = field(default_factory=set)  # (peer, digest) never to fetch again
     pending: dict[asyncio.Task, tuple[str, int, str, int]] = field(default_factory=dict)  # fetches a call left
     #   running, (peer, round, digest, size): the next call adopts them (each digest fetched at most once)
+    retry_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (peer, digest) -> not asked before
+    rest_until: dict[str, float] = field(default_factory=dict)  # peer -> no new fetch before (a timeout or error)
+    failures: Counter[str] = field(default_factory=Counter)  # timed-out or broken fetches per peer since it
+    #   last delivered: such peers are fetched last. Times are the loop's clock (monotonic on every loop these
+    #   transports run), kept across calls: a call every 0.25 s (the exchange's fair wait) asked a peer that
+    #   answered `busy` or timed out again at once, each call (session 18)
 
     def own(self, digest: str, round: int) -> None:
         """Our own packet: never delivered back to us."""
@@ -120,9 +128,11 @@ class Delivery:
         for digest in [d for d, r in self.delivered.items() if r < round]:
             del self.delivered[digest]
 
-    def bound(self) -> None:
-        """Oldest entries go first."""
-        for memory in (self.delivered, self.taken):
+    def bound(self, now: float) -> None:
+        """Expired waits go; then the oldest entries first."""
+        self.retry_at = {key: t for key, t in self.retry_at.items() if t > now}
+        self.rest_until = {peer: t for peer, t in self.rest_until.items() if t > now}
+        for memory in (self.delivered, self.taken, self.retry_at, self.rest_until, self.failures):
             while len(memory) > MAX_REMEMBERED:
                 del memory[next(iter(memory))]
         if len(self.counted) > MAX_REMEMBERED:
@@ -139,7 +149,7 @@ async def collect_offers(list_peers: ListPeers, fetch: Fetch, limits: CollectLim
     nothing useful can come and the call returns early (a node that fell behind catches up instead
     of waiting every round). `keep` filters peers (e.g. same protocol version); `first` names the
     peers fetched first, from slots of their own (see the module docstring)."""
-    state.bound()
+    state.bound(asyncio.get_running_loop().time())
     if oldest is not None:
         state.forget_before(oldest - FORGET_ROUNDS)
     collector = Collector(list_peers, fetch, limits, state, wanted, keep or (lambda p: True), oldest, newest,
@@ -159,9 +169,6 @@ class Collector:
         self.peers: list[PeerInfo] = []  # the latest listing (kept peers only)
         self.peers_seen: set[str] = set()
         self.in_flight: dict[asyncio.Task, tuple[str, int, str, int]] = {}  # fetch -> (peer, round, digest, size)
-        self.retry_at: dict[tuple[str, str], float] = {}  # (peer, digest) -> not before
-        self.peer_rest_until: dict[str, float] = {}  # peer -> no new fetch before (after a timeout or error)
-        self.failures: Counter[str] = Counter()  # timed-out or broken fetches per peer in this call
         self.deferred: dict[tuple[str, str], str] = {}  # (peer, digest) -> budget reason, if unfetched at the end
         self.used: Counter[str] = Counter()  # packets per peer in this call (in flight or counted)
         self.used_bytes: Counter[str] = Counter()  # declared bytes per peer in this call
@@ -276,7 +283,7 @@ class Collector:
     def ignored(self, peer: str, r: int, d: str, now: float) -> bool:
         """Offers not to consider now (not counted as dropped)."""
         return (d in self.state.delivered or self.state.taken.get((peer, r)) == d or not self.wants(peer, r)
-                or (peer, d) in self.state.distrusted or self.retry_at.get((peer, d), 0.0) > now)
+                or (peer, d) in self.state.distrusted or self.state.retry_at.get((peer, d), 0.0) > now)
 
     def refusal(self, peer: str, r: int, d: str, size: int) -> str | None:
         """Why a fetchable offer may not be fetched now (None: fetch it)."""
@@ -292,13 +299,13 @@ class Collector:
 
     def start_fetches(self) -> None:
         """Start one fetch for each idle peer with a fetchable offer (its least-tried one), while its
-        pool (`first` or not) has free slots: peers whose fetches failed in this call last, then the
+        pool (`first` or not) has free slots: peers whose fetches failed since they last delivered last, then the
         `first` ones, then the least served; count the offers that may not be fetched."""
         now = self.loop.time()
         busy = {peer for peer, _, _, _ in self.in_flight.values()}
         in_flight = {d for _, _, d, _ in self.in_flight.values()}
         slots_used = Counter(self.first(peer) for peer in busy)  # fetches in flight per pool
-        for info in sorted(self.peers, key=lambda p: (self.failures[p.peer_id], not self.first(p.peer_id),
+        for info in sorted(self.peers, key=lambda p: (self.state.failures[p.peer_id], not self.first(p.peer_id),
                                                       self.used[p.peer_id])):
             peer, fetchable = info.peer_id, []
             for r, d, size in info.offers:
@@ -311,7 +318,7 @@ class Collector:
                     self.drop(peer, d, reason)
                 else:
                     fetchable.append((self.tries[(peer, d)], r, d, size))
-            if not fetchable or peer in busy or self.peer_rest_until.get(peer, 0.0) > now:
+            if not fetchable or peer in busy or self.state.rest_until.get(peer, 0.0) > now:
                 continue
             pool = self.first(peer)
             if slots_used[pool] >= self.limits.max_parallel:
@@ -337,6 +344,7 @@ class Collector:
 
     def on_result(self, peer: str, r: int, d: str, size: int, data: bytes | None, reason: str) -> None:
         if data is not None:
+            self.state.failures.pop(peer, None)
             self.state.taken.setdefault((peer, r), d)
             if d not in self.state.delivered and not (self.wanted(r) or self.within_lag(r)):  # adopted; its round passed
                 self.state.delivered[d] = r
@@ -353,9 +361,9 @@ class Collector:
             return
         self.use(peer, size, -1)  # refused or failed in transit: does not use up the peer's budget
         if reason not in BACKOFF_S:  # timed out or broke: rest the peer, and put it last from now on
-            self.peer_rest_until[peer] = now + self.limits.fetch_timeout_s
-            self.failures[peer] += 1
-        self.retry_at[(peer, d)] = now + BACKOFF_S.get(reason, self.limits.fetch_timeout_s)
+            self.state.rest_until[peer] = now + self.limits.fetch_timeout_s
+            self.state.failures[peer] += 1
+        self.state.retry_at[(peer, d)] = now + BACKOFF_S.get(reason, self.limits.fetch_timeout_s)
 
     def producers(self) -> list[PeerInfo]:
         """Kept neighbours whose claims pace this call: producers (not `produces: false`, not the

@@ -137,6 +137,7 @@ class Exchange:
                  M.BYTES_OUT: after.get("bytes_out", 0) - before.get("bytes_out", 0),
                  M.BYTES_IN: after.get("bytes_in", 0) - before.get("bytes_in", 0),
                  M.FETCH_TIMEOUTS: after.get("fetch_timeouts", 0) - before.get("fetch_timeouts", 0),
+                 M.FETCH_FAILURES: after.get("fetch_failures", 0) - before.get("fetch_failures", 0),
                  M.FETCH_RESUMES: after.get("fetch_resumes", 0) - before.get("fetch_resumes", 0),
                  M.TOKENS_IN: count_tokens(groups_in), M.COMPLETIONS_IN: sum(len(g.completions) for g in groups_in),
                  M.TIME_EXCHANGE: time.perf_counter() - start}
