@@ -196,13 +196,13 @@ def table(runs: list[dict]) -> str:
              "(max) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"], r.get("pinned", False)),
-                          []).append(r)
+        groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"] if r["k"] else "-",
+                           r.get("pinned", False)), []).append(r)
     def worst(rs: list[dict], key: str, pick) -> str:  # "-" where a run did not record `key` (older runs)
         vals = [r.get(key) for r in rs]
         return "-" if None in vals else f"{pick(vals):.2f}"
     for (k, kind, order, pin), rs in sorted(groups.items()):
-        lines.append(f"| {k} | {kind}{' (pinned)' if pin else ''} | {order if k else '-'} | {len(rs)} | "
+        lines.append(f"| {k} | {kind}{' (pinned)' if pin else ''} | {order} | {len(rs)} | "
                      f"{min(r['honest_delivery'] for r in rs):.2f} | "
                      f"{worst(rs, 'honest_delivery_after_h', min)} | "
                      f"{max(r['median_round_s'] for r in rs):.2f} | "

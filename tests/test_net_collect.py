@@ -228,6 +228,28 @@ def test_a_refusing_or_failing_peer_waits_out_its_backoff_across_calls():
     asyncio.run(main())
 
 
+def test_a_peer_whose_fetch_failed_is_fetched_after_the_others_until_it_delivers():
+    """One slot: the peer whose earlier fetch broke waits behind a fresh one, in a later call too; once
+    it delivers it is one of the others again."""
+    a, b = packet_digest(b"a"), packet_digest(b"b")
+    order = []
+
+    async def fetch(peer, digest, timeout, size):
+        order.append(peer)
+        return (b"a" if peer == "QmA" else b"b"), "ok"
+
+    async def main():
+        limits = CollectLimits(fetch_timeout_s=1.0, max_packet_bytes=2**20, max_peer_packets=4, max_peer_bytes=2**20,
+                               max_parallel=1, poll_s=0.05)
+        state = Delivery()
+        state.failures["QmA"] = 1  # an earlier call's fetch of QmA broke (its rest is over)
+        peers = [_peer("QmA", [(1, a, 1)]), _peer("QmB", [(1, b, 1)])]
+        await collect_offers(_lister(peers), fetch, limits, state, wanted=lambda r: True, min_count=2, deadline_s=2)
+        assert order == ["QmB", "QmA"] and not state.failures  # delivered: no longer put last
+
+    asyncio.run(main())
+
+
 def test_a_slow_peer_listing_does_not_hold_up_fetches_in_flight():
     """A lookup that takes 2 s (e.g. a crowded DHT key) runs beside the fetches: a packet whose fetch
     finishes meanwhile ends the call at once."""
