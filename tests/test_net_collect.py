@@ -106,11 +106,12 @@ def test_delivery_memory_is_bounded():
         state.counted.add(("p", f"d{i}", "flood"))
         state.retry_at[("p", f"d{i}")] = 5.0 if i % 2 else 50.0
         state.rest_until[f"p{i}"] = 50.0
-        state.failures[f"p{i}"] += 1
+        state.failed_at[f"p{i}"] = 10.0 - 30 if i % 3 else 10.0 - 90  # FAILED_LAST_S (60 s) ago: expired
     state.bound(now=10.0)
     assert len(state.delivered) == len(state.taken) == MAX_REMEMBERED and not state.counted
     assert len(state.retry_at) == (MAX_REMEMBERED + 10) // 2 and min(state.retry_at.values()) == 50.0  # expired went
-    assert len(state.rest_until) == len(state.failures) == MAX_REMEMBERED
+    assert len(state.rest_until) == MAX_REMEMBERED and 0 < len(state.failed_at) < MAX_REMEMBERED
+    assert min(state.failed_at.values()) == 10.0 - 30
     assert "d9" not in state.delivered and f"d{MAX_REMEMBERED + 9}" in state.delivered  # oldest went first
     state.forget_before(MAX_REMEMBERED)
     assert sorted(state.delivered.values()) == list(range(MAX_REMEMBERED, MAX_REMEMBERED + 10))
@@ -202,10 +203,12 @@ def test_stallers_filling_every_slot_do_not_hold_up_a_peer_named_first():
 
 
 def test_a_refusing_or_failing_peer_waits_out_its_backoff_across_calls():
-    """The exchange calls collect every 0.25 s while it waits: a peer that answered `busy` (retry after
-    0.5 s) or whose fetch broke (rest for the fetch timeout) is not asked again by the next call, and a
-    peer that failed stays behind the others until it delivers (before: each call forgot all three)."""
-    busy, broken = _peer("QmBusy", [(1, packet_digest(b"b"), 6)]), _peer("QmBroken", [(1, packet_digest(b"x"), 6)])
+    """The exchange calls collect every 0.25 s while it waits: a peer that answered `busy` (nothing
+    asked of it for 0.5 s, whatever it offers) or whose fetch broke (rest 2 s) is not asked again by
+    the next call, and the broken one is marked to be fetched after the others (before: each call
+    forgot all of it, and a busy peer was asked for each of its offers back to back)."""
+    busy = _peer("QmBusy", [(1, packet_digest(b"b"), 6), (2, packet_digest(b"b2"), 6)])
+    broken = _peer("QmBroken", [(1, packet_digest(b"x"), 6)])
     asked = Counter()
 
     async def fetch(peer, digest, timeout, size):
@@ -219,8 +222,8 @@ def test_a_refusing_or_failing_peer_waits_out_its_backoff_across_calls():
                                        min_count=1, deadline_s=0.05)
             assert got.packets == []
         assert asked == Counter({"QmBusy": 1, "QmBroken": 1})
-        assert state.failures == Counter({"QmBroken": 1}) and "QmBroken" in state.rest_until
-        await asyncio.sleep(0.5)  # busy's backoff is over, broken rests for the fetch timeout (1 s)
+        assert set(state.failed_at) == {"QmBroken"} and "QmBroken" in state.rest_until
+        await asyncio.sleep(0.5)  # busy's backoff is over, broken rests for 2 s
         await collect_offers(_lister([busy, broken]), fetch, LIMITS, state, wanted=lambda r: True, min_count=1,
                              deadline_s=0.05)
         assert asked == Counter({"QmBusy": 2, "QmBroken": 1})
@@ -242,10 +245,36 @@ def test_a_peer_whose_fetch_failed_is_fetched_after_the_others_until_it_delivers
         limits = CollectLimits(fetch_timeout_s=1.0, max_packet_bytes=2**20, max_peer_packets=4, max_peer_bytes=2**20,
                                max_parallel=1, poll_s=0.05)
         state = Delivery()
-        state.failures["QmA"] = 1  # an earlier call's fetch of QmA broke (its rest is over)
+        state.failed_at["QmA"] = asyncio.get_running_loop().time() - 5  # an earlier call's fetch of QmA broke
         peers = [_peer("QmA", [(1, a, 1)]), _peer("QmB", [(1, b, 1)])]
         await collect_offers(_lister(peers), fetch, limits, state, wanted=lambda r: True, min_count=2, deadline_s=2)
-        assert order == ["QmB", "QmA"] and not state.failures  # delivered: no longer put last
+        assert order == ["QmB", "QmA"] and not state.failed_at  # delivered: no longer put last
+
+    asyncio.run(main())
+
+
+def test_a_sybil_that_re_offers_a_credited_peers_digest_and_stalls_it_does_not_hold_it_up():
+    """A staller offers the honest peer's digest 0.1 s before the honest peer does (it learnt it first)
+    and holds its fetch open; the honest peer, named `first` and with a broken fetch a few seconds ago,
+    is asked for the same digest at once (before: not until the staller's fetch timed out)."""
+    d = packet_digest(b"honest")
+    stallers = [_peer(f"QmStall{i}", [(1, d, 6)]) for i in range(3)]
+    honest = _peer("QmHonest", [(1, d, 6)])
+    fetched = []
+
+    async def main():
+        limits = CollectLimits(fetch_timeout_s=2.0, max_packet_bytes=2**20, max_peer_packets=4, max_peer_bytes=2**20,
+                               poll_s=0.05)
+        state = Delivery()
+        state.failed_at["QmHonest"] = asyncio.get_running_loop().time() - 3
+        t0 = time.monotonic()
+
+        async def list_peers(timeout):
+            return stallers + ([honest] if time.monotonic() - t0 > 0.1 else [])
+        got = await collect_offers(list_peers, _staller(fetched), limits, state, wanted=lambda r: True,
+                                   min_count=1, deadline_s=10, first={"QmHonest"}.__contains__)
+        assert [g.peer_id for g in got.packets] == ["QmHonest"] and time.monotonic() - t0 < 0.5
+        assert [p for p, _ in fetched] == ["QmStall0", "QmHonest"]  # one staller at a time holds a digest
 
     asyncio.run(main())
 

@@ -14,9 +14,10 @@ stalling peer costs one fetch slot for at most `fetch_timeout_s`, then rests tha
 Per-peer limits (a hostile peer gets no more than an honest one):
 
 * one fetch in flight per peer, so a stalling peer holds at most one of the `max_parallel` slots;
-  after a timed-out or failed fetch the peer gets no new fetch for `fetch_timeout_s` and is fetched
-  after the others until it delivers; a refused offer is not asked again for `BACKOFF_S` (all three
-  kept in `Delivery`, across calls);
+  after a timed-out fetch the peer gets no new fetch for `fetch_timeout_s` (after a broken one for
+  `REST_S`) and is fetched after the others of its pool for `FAILED_LAST_S` or until it delivers; a
+  refused offer is not asked again for `BACKOFF_S`, and a `busy` peer nothing for as long (all kept
+  in `Delivery`, across calls: the exchange's fair wait calls every 0.25 s);
 * the peers the transport names `first` (those whose packets our steps took) have `max_parallel`
   slots of their own: stalling ids that fill every other slot hold up only newcomers, by one fetch
   timeout at most (16 stalling Sybils: the victim's exchange took up to 5.3 s a round, session 17);
@@ -29,7 +30,8 @@ Per-peer limits (a hostile peer gets no more than an honest one):
   bytes not matching the digest or more than it declared is counted (`digest_mismatch`,
   `oversize`) and its transport distrusts that (peer, digest), so it is never asked again.
 
-Each digest is fetched at most once (protocol/SPEC.md section 12): a fetch still in flight when a
+Each digest is fetched at most once (protocol/SPEC.md section 12; the one exception: a credited
+peer's offer of a digest that only newcomers' fetches hold, see `start_fetches`): a fetch still in flight when a
 call ends (its round ended on a faster packet, or at the deadline) is not cancelled but handed
 over (`Delivery.pending`) to the next call on the same event loop, which adopts it instead of
 asking again; it stays bounded by `fetch_timeout_s`. (Before, each round that ended first cancelled
@@ -65,7 +67,7 @@ from dataclasses import dataclass, field
 
 from swarm_node.config import SwarmConfig
 from swarm_node.net import Collected, PeerInfo, Received
-from swarm_node.net.fetch import MISMATCH, OVERSIZE
+from swarm_node.net.fetch import ERROR, MISMATCH, OVERSIZE
 from swarm_node.net.records import STATUS_BUSY, STATUS_NOT_FOUND
 
 ListPeers = Callable[[float], Awaitable[list[PeerInfo]]]
@@ -73,7 +75,10 @@ Fetch = Callable[[str, str, float, int], Awaitable[tuple[bytes | None, str]]]  #
 
 MAX_REMEMBERED = 65536  # entries of each per-(peer, digest | round) memory at most
 FORGET_ROUNDS = 8  # delivered digests of rounds before oldest - FORGET_ROUNDS are forgotten (stale anyway)
-BACKOFF_S = {STATUS_BUSY: 0.5, STATUS_NOT_FOUND: 2.0}  # retry delay after a refusal; other failures: the fetch timeout
+BACKOFF_S = {STATUS_BUSY: 0.5, STATUS_NOT_FOUND: 2.0}  # an offer refused so is not asked again this long
+REST_S = {STATUS_BUSY: 0.5, ERROR: 2.0, STATUS_NOT_FOUND: 0.0}  # then the peer gets no fetch at all this long;
+#   after a timeout (or a bad request) both are the fetch timeout. A broken fetch (reset, refused dial) held no slot
+FAILED_LAST_S = 60.0  # a peer whose fetch timed out or broke is fetched after the others of its pool this long
 BUDGET_REASONS = ("flood", "too_many_bytes")  # offers deferred by the per-call budget, counted at the end
 MAX_ROUND_GAP = 64  # a neighbour's announced round farther than this from the wanted window is not believed
 
@@ -108,11 +113,11 @@ class Delivery:
     pending: dict[asyncio.Task, tuple[str, int, str, int]] = field(default_factory=dict)  # fetches a call left
     #   running, (peer, round, digest, size): the next call adopts them (each digest fetched at most once)
     retry_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (peer, digest) -> not asked before
-    rest_until: dict[str, float] = field(default_factory=dict)  # peer -> no new fetch before (a timeout or error)
-    failures: Counter[str] = field(default_factory=Counter)  # timed-out or broken fetches per peer since it
-    #   last delivered: such peers are fetched last. Times are the loop's clock (monotonic on every loop these
-    #   transports run), kept across calls: a call every 0.25 s (the exchange's fair wait) asked a peer that
-    #   answered `busy` or timed out again at once, each call (session 18)
+    rest_until: dict[str, float] = field(default_factory=dict)  # peer -> no new fetch before (busy, timeout, error)
+    failed_at: dict[str, float] = field(default_factory=dict)  # peer -> its latest timed-out or broken fetch, until
+    #   it delivers or FAILED_LAST_S passed. Times are the loop's clock (monotonic on every loop these transports
+    #   run), kept across calls: a call every 0.25 s (the exchange's fair wait) asked a peer that answered
+    #   `busy` or timed out again at once, each call (session 18)
 
     def own(self, digest: str, round: int) -> None:
         """Our own packet: never delivered back to us."""
@@ -132,7 +137,8 @@ class Delivery:
         """Expired waits go; then the oldest entries first."""
         self.retry_at = {key: t for key, t in self.retry_at.items() if t > now}
         self.rest_until = {peer: t for peer, t in self.rest_until.items() if t > now}
-        for memory in (self.delivered, self.taken, self.retry_at, self.rest_until, self.failures):
+        self.failed_at = {peer: t for peer, t in self.failed_at.items() if t > now - FAILED_LAST_S}
+        for memory in (self.delivered, self.taken, self.retry_at, self.rest_until, self.failed_at):
             while len(memory) > MAX_REMEMBERED:
                 del memory[next(iter(memory))]
         if len(self.counted) > MAX_REMEMBERED:
@@ -299,17 +305,22 @@ class Collector:
 
     def start_fetches(self) -> None:
         """Start one fetch for each idle peer with a fetchable offer (its least-tried one), while its
-        pool (`first` or not) has free slots: peers whose fetches failed since they last delivered last, then the
-        `first` ones, then the least served; count the offers that may not be fetched."""
+        pool (`first` or not) has free slots: the `first` ones, then peers whose fetches failed lately
+        last, then the least served; count the offers that may not be fetched. A digest in flight is
+        not asked of another peer, except of a `first` one while only others fetch it: a Sybil that
+        re-offers a credited peer's digest and stalls its fetch holds up no credited peer."""
         now = self.loop.time()
         busy = {peer for peer, _, _, _ in self.in_flight.values()}
-        in_flight = {d for _, _, d, _ in self.in_flight.values()}
+        in_flight: dict[str, bool] = {}  # digest -> whether a `first` peer's fetch of it is in flight
+        for peer, _, d, _ in self.in_flight.values():
+            in_flight[d] = in_flight.get(d, False) or self.first(peer)
         slots_used = Counter(self.first(peer) for peer in busy)  # fetches in flight per pool
-        for info in sorted(self.peers, key=lambda p: (self.state.failures[p.peer_id], not self.first(p.peer_id),
+        failed_lately = {peer for peer, t in self.state.failed_at.items() if t > now - FAILED_LAST_S}
+        for info in sorted(self.peers, key=lambda p: (not self.first(p.peer_id), p.peer_id in failed_lately,
                                                       self.used[p.peer_id])):
-            peer, fetchable = info.peer_id, []
+            peer, fetchable, pool = info.peer_id, [], self.first(info.peer_id)
             for r, d, size in info.offers:
-                if d in in_flight or self.ignored(peer, r, d, now):
+                if (d in in_flight and (in_flight[d] or not pool)) or self.ignored(peer, r, d, now):
                     continue
                 reason = self.refusal(peer, r, d, size)
                 if reason in BUDGET_REASONS:
@@ -320,7 +331,6 @@ class Collector:
                     fetchable.append((self.tries[(peer, d)], r, d, size))
             if not fetchable or peer in busy or self.state.rest_until.get(peer, 0.0) > now:
                 continue
-            pool = self.first(peer)
             if slots_used[pool] >= self.limits.max_parallel:
                 continue  # keep classifying the others' offers; no slot for them now
             slots_used[pool] += 1
@@ -330,7 +340,7 @@ class Collector:
             self.tries[(peer, d)] += 1
             timeout = self.limits.fetch_timeout_s  # not the call's time left: a fetch outlives the call (adopt)
             self.in_flight[self.loop.create_task(self.fetch(peer, d, timeout, size))] = (peer, r, d, size)
-            in_flight.add(d)
+            in_flight[d] = in_flight.get(d, False) or pool
 
     def use(self, peer: str, size: int, sign: int) -> None:
         self.used[peer] += sign
@@ -344,7 +354,7 @@ class Collector:
 
     def on_result(self, peer: str, r: int, d: str, size: int, data: bytes | None, reason: str) -> None:
         if data is not None:
-            self.state.failures.pop(peer, None)
+            self.state.failed_at.pop(peer, None)
             self.state.taken.setdefault((peer, r), d)
             if d not in self.state.delivered and not (self.wanted(r) or self.within_lag(r)):  # adopted; its round passed
                 self.state.delivered[d] = r
@@ -360,10 +370,11 @@ class Collector:
             self.state.distrust(peer, d)
             return
         self.use(peer, size, -1)  # refused or failed in transit: does not use up the peer's budget
-        if reason not in BACKOFF_S:  # timed out or broke: rest the peer, and put it last from now on
-            self.state.rest_until[peer] = now + self.limits.fetch_timeout_s
-            self.state.failures[peer] += 1
-        self.state.retry_at[(peer, d)] = now + BACKOFF_S.get(reason, self.limits.fetch_timeout_s)
+        if reason not in BACKOFF_S:  # timed out or broke: fetched after the others of its pool for a while
+            self.state.failed_at[peer] = now
+        rest = REST_S.get(reason, self.limits.fetch_timeout_s)
+        self.state.rest_until[peer] = max(self.state.rest_until.get(peer, 0.0), now + rest)
+        self.state.retry_at[(peer, d)] = now + BACKOFF_S.get(reason, rest)
 
     def producers(self) -> list[PeerInfo]:
         """Kept neighbours whose claims pace this call: producers (not `produces: false`, not the
