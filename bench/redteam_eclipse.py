@@ -39,7 +39,7 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
-from bench._common import load_runs  # noqa: E402
+from bench._common import load_runs, percentile  # noqa: E402
 from bench.redteam_network import pinned  # noqa: E402
 from swarm_node.harness.process import NodeProcess  # noqa: E402
 from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
@@ -95,14 +95,12 @@ def round_ends(log: str) -> dict[int, float]:
 def after_h_spread(rows: list[dict]) -> dict:
     """V's rounds after H's first: round and exchange p90 and max, and the failed fetches per round
     (refused, timed out, broken; rows of older runs lack the key)."""
-    def p90(xs: list[float]) -> float:
-        return sorted(xs)[int(0.9 * (len(xs) - 1))]
     if not rows:
         return {}
     rounds, exchanges = [r["time/round_s"] for r in rows], [r["time/exchange_s"] for r in rows]
     failures = [r.get("swarm/fetch_failures", 0) for r in rows]
-    return {"round_p90_after_h_s": p90(rounds), "round_max_after_h_s": max(rounds),
-            "exchange_p90_after_h_s": p90(exchanges), "exchange_max_after_h_s": max(exchanges),
+    return {"round_p90_after_h_s": percentile(rounds, 90), "round_max_after_h_s": max(rounds),
+            "exchange_p90_after_h_s": percentile(exchanges, 90), "exchange_max_after_h_s": max(exchanges),
             "fetch_failures_per_round_after_h": statistics.mean(failures)}
 
 

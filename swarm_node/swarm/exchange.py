@@ -134,14 +134,11 @@ class Exchange:
         stats = {M.PEERS: peers, M.PACKETS_RECEIVED: n_received, M.PACKETS_ACCEPTED: len(accepted),
                  M.PACKETS_LAGGING: lagging,
                  M.PACKETS_REJECTED: sum(rejected.values()), M.PACKET_BYTES_IN: packet_bytes_in,
-                 M.BYTES_OUT: after.get("bytes_out", 0) - before.get("bytes_out", 0),
-                 M.BYTES_IN: after.get("bytes_in", 0) - before.get("bytes_in", 0),
-                 M.FETCH_TIMEOUTS: after.get("fetch_timeouts", 0) - before.get("fetch_timeouts", 0),
-                 M.FETCH_FAILURES: after.get("fetch_failures", 0) - before.get("fetch_failures", 0),
-                 M.FETCH_RESUMES: after.get("fetch_resumes", 0) - before.get("fetch_resumes", 0),
                  M.TOKENS_IN: count_tokens(groups_in), M.COMPLETIONS_IN: sum(len(g.completions) for g in groups_in),
                  M.TIME_EXCHANGE: time.perf_counter() - start}
-        for key, stat in ((M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
+        for key, stat in ((M.BYTES_OUT, "bytes_out"), (M.BYTES_IN, "bytes_in"), (M.FETCH_TIMEOUTS, "fetch_timeouts"),
+                          (M.FETCH_FAILURES, "fetch_failures"), (M.FETCH_RESUMES, "fetch_resumes"),
+                          (M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
                           (M.PEERS_GRAYLISTED, "peers_graylisted"), (M.KNOCKER_TURNS, "knocker_turns")):
             stats[key] = after.get(stat, 0) - before.get(stat, 0)
         for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited"),
