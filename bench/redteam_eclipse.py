@@ -12,6 +12,12 @@ process holding k libp2p hosts that announce degree 0, take everyone, never prun
   order sybils-first   V starts, the Sybils join V and fill its slots, then H joins V
   order honest-first   V starts, H joins, then the Sybils join V
 
+With --prestart the Sybil hosts start before V (64 hosts beside a running V took minutes, or did not
+start at all) and idle, knowing each other but not linked, until the join order names V to them.
+With --subnets, V, H and every Sybil (one process each, prestarted) run in network namespaces of their
+own, each in a /24 of its own (harness/netns.py), so no connection is loopback and the per-subnet
+neighbour limit applies but never binds: k Sybils from k subnets; the baselines run there too.
+
 Per trial, from V's log, metrics and status.json (polled twice a second): the share of V's rounds
 (2 .. end) in which V trained on H's groups, and of those V began while H had a packet to give (after H's
 first round ended: 64 Sybils take V's first ~4 rounds to start; before H's last did), V's median round time, whether V and H
@@ -41,12 +47,14 @@ if not __package__:  # run as `python bench/x.py`: import `bench` as a package f
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
 from bench._common import load_runs, percentile  # noqa: E402
 from bench.redteam_network import pinned  # noqa: E402
+from swarm_node.harness.netns import Internet  # noqa: E402
 from swarm_node.harness.process import NodeProcess  # noqa: E402
 from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "redteam_eclipse.json"
+HOST_KINDS = ("empty", "liar", "busy", "stall")  # Sybils as hosts of harness/sybils.py (the rest: poisoner processes)
 SYBILS_START_S = 900  # 64 Sybil hosts in one process beside V on 2 cores: ~80 s, over 300 s when V fetches from them
 
 
@@ -104,29 +112,56 @@ def after_h_spread(rows: list[dict]) -> dict:
             "fetch_failures_per_round_after_h": statistics.mean(failures)}
 
 
-def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty", pin: bool = False) -> dict:
+def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty", pin: bool = False,
+          prestart: bool = False, subnets: bool = False) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
     run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
     n = os.cpu_count() or 1  # pinned: V and H on all cores but the last, the Sybils (and their p2pd) on the last
     honest_cores, sybil_cores = (f"0-{max(0, n - 2)}", str(n - 1)) if pin and n > 1 else (None, None)
+    hosts = kind in HOST_KINDS  # k hosts in one process that never deliver (liar: offer made-up packets;
+    #   busy: offer them and answer every fetch `busy`; stall: hold every fetch open); else k delivering poisoners
+    prestart = (prestart or subnets) and hosts and k > 0
+    net = Internet(f"ecl{os.getpid() % 1000}") if subnets else None  # V, H, each Sybil: a namespace, a /24 of its own
+    victims_file, sybil_ids, sybil_addrs = tmp / "victims.txt", [], []
+
+    def node(name: str, args: list[str]) -> NodeProcess:
+        """`swarm-node join` as V or H: on 127.0.0.1, or in a namespace host of its own."""
+        if net is None:
+            return NodeProcess.join(args, tmp / name)
+        host = net.host(name)
+        node = NodeProcess.join(args, tmp / name, listen=["--host-maddrs", f"/ip4/{host.ip}/tcp/0"])
+        node.argv = host.cmd(node.argv)
+        return node
+
+    def launch_hosts(join: list[str]) -> None:
+        started = []
+        for name, count in [(f"sybil{i}", 1) for i in range(k)] if net else [("sybils", k)]:
+            host = net.host(name) if net else None
+            argv = [sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(count), *join, "--run-id", run,
+                    "--model", model, "--seconds", str(SYBILS_START_S + 1500), "--summary", str(tmp / f"{name}.json"),
+                    *(["--host", host.ip] if host else []), *([f"--{kind}"] if kind in ("liar", "busy", "stall") else [])]
+            started.append(NodeProcess(host.cmd(argv) if host else argv, log=tmp / f"{name}.log"))
+            procs.append(started[-1].start())  # started on every core: starting 64 hosts on one took over 900 s
+        for s in started:
+            sybil_ids.extend(s.wait_line("SYBILS ", SYBILS_START_S).split()[1:])
+            sybil_addrs.extend(s.wait_line("ADDRS ", 60).split()[1:])
+            if sybil_cores is not None:  # then, with their daemons, on the last core only
+                pin_tree(s.pid, sybil_cores)
+
     try:
-        v = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
+        if prestart:  # up before V starts; they dial V only once sybils() names it
+            launch_hosts(["--peers-file", str(victims_file)])
+        v = node("victim", [*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed}"])
         procs.append(pinned(v, honest_cores).start())
         watch = Watch(tmp / "victim")
-        sybil_ids: list[str] = []
 
         def sybils() -> None:
-            if kind in ("empty", "liar", "busy", "stall"):  # k hosts in one process that never deliver (liar: offer made-up
-                #   packets; busy: offer them and answer every fetch `busy`; stall: hold every fetch open)
-                s = NodeProcess([sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(k), "--peers",
-                                 v.address(), "--run-id", run, "--model", model, "--seconds", "1500",
-                                 "--summary", str(tmp / "sybils.json"),
-                                 *([f"--{kind}"] if kind in ("liar", "busy", "stall") else [])],
-                                log=tmp / "sybils.log")
-                procs.append(s.start())  # started on every core: starting 64 hosts on one took over 900 s
-                sybil_ids.extend(s.wait_line("SYBILS ", SYBILS_START_S).split()[1:])
-                if sybil_cores is not None:  # then, with their daemons, on the last core only
-                    pin_tree(s.pid, sybil_cores)
+            if prestart:  # V, and the Sybils of every process: they name each other, never dial each other
+                victims_file.with_suffix(".tmp").write_text(v.address() + "\n" + "".join(f"sybil {a}\n"
+                                                                                         for a in sybil_addrs))
+                victims_file.with_suffix(".tmp").rename(victims_file)
+            elif hosts:
+                launch_hosts(["--peers", v.address()])
             else:  # k poisoner processes that deliver valid packets of `kind` (wrongkeep: all-wrong groups)
                 evils = [NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
                                       v.address(), "--run-id", run, "--model", model, "--groups", "16",
@@ -137,8 +172,8 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
             time.sleep(5)  # let them dial V and take its slots
 
         def honest() -> NodeProcess:
-            h = NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
-                                  "--peers", v.address()], tmp / "honest")
+            h = node("honest", [*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
+                                "--peers", v.address()])
             procs.append(pinned(h, honest_cores).start())
             return h
 
@@ -166,7 +201,8 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         after_h = [r for r in v_rows if h_first <= v_ends.get(r["round"] - 1, -1) < h_last]
         # V and H apart after they first linked, while H still ran (H leaves when its last round is done)
         unlinked_after = [r for r in unlinked_after if v_ends.get(r - 1, 0) < h_last]
-        return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds, "pinned": pin,
+        return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds, "pinned": pin, "prestart": prestart,
+                "subnets": subnets,
                 "honest_delivery": sum(r["round"] in with_h for r in v_rows) / len(v_rows),
                 "honest_delivery_after_h": sum(r["round"] in with_h for r in after_h) / max(1, len(after_h)),
                 "rounds_after_h": len(after_h),
@@ -184,6 +220,8 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
     finally:
         for p in procs:
             p.kill()
+        if net is not None:
+            net.close()
         print("work dir:", tmp, flush=True)
 
 
@@ -195,12 +233,13 @@ def table(runs: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
         groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"] if r["k"] else "-",
-                           r.get("pinned", False)), []).append(r)
+                           r.get("pinned", False), r.get("prestart", False), r.get("subnets", False)), []).append(r)
     def worst(rs: list[dict], key: str, pick) -> str:  # "-" where a run did not record `key` (older runs)
         vals = [r.get(key) for r in rs]
         return "-" if None in vals else f"{pick(vals):.2f}"
-    for (k, kind, order, pin), rs in sorted(groups.items()):
-        lines.append(f"| {k} | {kind}{' (pinned)' if pin else ''} | {order} | {len(rs)} | "
+    for (k, kind, order, pin, pre, nets), rs in sorted(groups.items()):
+        how = ", ".join(w for w, on in (("pinned", pin), ("prestarted", pre), ("a /24 each", nets)) if on)
+        lines.append(f"| {k} | {kind}{f' ({how})' if how else ''} | {order} | {len(rs)} | "
                      f"{min(r['honest_delivery'] for r in rs):.2f} | "
                      f"{worst(rs, 'honest_delivery_after_h', min)} | "
                      f"{max(r['median_round_s'] for r in rs):.2f} | "
@@ -224,6 +263,10 @@ def main() -> int:
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--pin", action="store_true", help="V and H on all cores but the last, the Sybils on the last: "
                                                        "what the attack costs V, not the CPU its daemons take")
+    ap.add_argument("--prestart", action="store_true", help="start the Sybil hosts before V, idle until the join "
+                                                            "order names V (64 hosts take minutes to start under load)")
+    ap.add_argument("--subnets", action="store_true", help="V, H and every Sybil in a network namespace and a /24 of "
+                                                           "its own (one Sybil process each, prestarted); baselines too")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args()
     path = Path(args.results)
@@ -234,10 +277,13 @@ def main() -> int:
     cells = [(0, "none", s) for s in range(args.trials)]
     cells += [(k, o, s) for s in range(args.trials) for k in args.k for o in args.orders]
     for k, order, seed in cells:
-        if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"], r.get("pinned", False)) ==
-               (k, args.kind if k else "empty", order, seed, args.rounds, args.pin) for r in load_runs(path)):
+        kind = args.kind if k else "empty"
+        prestart = (args.prestart or args.subnets) and kind in HOST_KINDS and k > 0
+        if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"], r.get("pinned", False),
+                r.get("prestart", False), r.get("subnets", False)) ==
+               (k, kind, order, seed, args.rounds, args.pin, prestart, args.subnets) for r in load_runs(path)):
             continue
-        res = trial(k, order, seed, args.rounds, model, args.kind if k else "empty", args.pin)
+        res = trial(k, order, seed, args.rounds, model, kind, args.pin, prestart, args.subnets)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"runs": load_runs(path) + [res]}, indent=1) + "\n")
         print(f"{time.strftime('%H:%M:%S')} k={k} {order} seed {seed}: delivery {res['honest_delivery']:.2f}, "

@@ -11,7 +11,13 @@ neighbours however many Sybils knock. Used by bench/redteam_eclipse.py.
 
     python -m swarm_node.harness.sybils --k 6 --peers MADDR --run-id RUN --model DIR --summary S.json
 
-Prints `SYBILS <id> <id> ...` once every host is up, then follows the honest peers' rounds for
+With `--peers-file F` instead of `--peers`, the hosts start before the victims exist (64 hosts take
+minutes to start on a loaded machine): they know each other's addresses, name each other in peer
+exchange but never dial each other (a full mesh of 64 Sybils costs the attacker's core, not the
+victim), and dial the victims once F appears: one multiaddr a line, and `sybil <multiaddr>` for
+fellow Sybils in other processes (one process per network namespace, to come from many subnets).
+
+Prints `SYBILS <id> <id> ...` and `ADDRS <multiaddr> ...` once every host is up, then follows the honest peers' rounds for
 --seconds (it never gives up: a benched Sybil dials again when its bench ends); the summary lists,
 per round, the neighbours each Sybil believes it holds.
 """
@@ -24,11 +30,13 @@ import secrets
 import signal
 import sys
 import time
+from pathlib import Path
 
 import swarm_node.net.hivemind as hivemind_transport
 from swarm_node.config import SwarmConfig
 from swarm_node.fsutil import write_json_atomic
 from swarm_node.harness.hostile import PublicModel
+from swarm_node.net import SwarmError
 from swarm_node.net.announce import Mesh
 from swarm_node.net.fetch import PacketServer, refuse_stream
 from swarm_node.net.records import STATUS_BUSY, encode_frame
@@ -41,6 +49,7 @@ class SybilMesh(Mesh):
     offers a made-up packet for its announced round, so that it looks like a producer until fetched."""
 
     lie = False
+    others: frozenset[str] = frozenset()  # with --peers-file: the other Sybils, named in peer exchange, never dialled
 
     def announcement(self, to: str) -> dict:
         ann = {**super().announcement(to), "degree": 0}
@@ -63,6 +72,9 @@ class SybilMesh(Mesh):
     def dials_wanted(self) -> int:
         return 64
 
+    def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
+        return [(p, a) for p, a in super().candidates(n, now, busy) if p not in self.others]
+
 
 class BusyServer(PacketServer):
     """Answers every fetch `busy`: an offer that is never found out to be false (red team, session 13)."""
@@ -82,10 +94,38 @@ class StallingServer(PacketServer):
             writer.close()
 
 
+def learn_all(sybils: list, peers: list[tuple[str, list[str]]]) -> None:
+    """Every Sybil learns `peers` (id, addrs) as candidates (its own entry is skipped): the next tick dials them."""
+    async def learn(mesh: Mesh) -> None:  # on the transport's loop, where the mesh changes
+        mesh.learn(peers)
+    for s in sybils:
+        s.call(learn(s._push.mesh), 10)
+
+
+def split_maddr(maddr: str) -> tuple[str, list[str]]:
+    """`/ip4/.../tcp/N/p2p/<id>` -> (id, [address without /p2p/]): how the mesh keeps a candidate."""
+    addr, peer = maddr.rsplit("/p2p/", 1)
+    return peer, [addr]
+
+
+def wait_for_peers(path: Path, t_end: float) -> tuple[list[str], list[str]]:
+    """The victims' and the fellow Sybils' multiaddrs (with /p2p/<id>) that `path` lists, once it exists
+    (written whole: renamed into place)."""
+    while not path.exists():
+        if time.monotonic() > t_end:
+            raise SystemExit(f"{path} did not appear")
+        time.sleep(0.2)
+    lines = [line.split() for line in path.read_text().splitlines()]
+    victims = [w[0] for w in lines if len(w) == 1 and "/p2p/" in w[0]]
+    return victims, [w[1] for w in lines if len(w) == 2 and w[0] == "sybil" and "/p2p/" in w[1]]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=6, help="Sybil peer ids (one p2pd each)")
-    ap.add_argument("--peers", nargs="+", required=True, help="the honest node(s) to join through")
+    ap.add_argument("--peers", nargs="+", default=[], help="the honest node(s) to join through")
+    ap.add_argument("--peers-file", default=None, help="instead of --peers: start now, join the multiaddrs this file "
+                                                       "lists (one a line) once it appears")
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--model", default=None, help="the public model directory: the Sybils announce its model id "
                                                     "(default: none, they announce a made-up one)")
@@ -97,15 +137,18 @@ def main() -> int:
     ap.add_argument("--busy", action="store_true", help="offer a made-up packet and answer every fetch `busy`")
     ap.add_argument("--stall", action="store_true", help="offer a made-up packet and hold every fetch open, silent")
     args = ap.parse_args()
+    if bool(args.peers) == bool(args.peers_file):
+        ap.error("give the honest nodes either as --peers or as --peers-file")
     SybilMesh.lie = args.lie or args.busy or args.stall
     if args.busy or args.stall:
         hivemind_transport.PacketServer = BusyServer if args.busy else StallingServer
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     hivemind_transport.Mesh = SybilMesh  # every transport of this process builds a Sybil mesh
     sybils, summary = [], {"k": args.k, "ids": [], "rounds": {}}
+    t_end = time.monotonic() + args.seconds
     try:
         for i in range(args.k):  # each knows the victims and the Sybils before it: they name each other
-            known = args.peers + [s.join_addrs()[0] for s in sybils[:8]]
+            known = args.peers + ([s.join_addrs()[0] for s in sybils[:8]] if args.peers else [])
             cfg = SwarmConfig(run_id=args.run_id, peers=known, host_maddrs=[f"/ip4/{args.host}/tcp/0"])
             sybils.append(hivemind_transport.HivemindTransport(cfg, model_id="sybil", tokenizer="sha256:" + "1" * 64))
             sybils[-1].start()
@@ -114,18 +157,29 @@ def main() -> int:
             for s in sybils:
                 s.model_id, s.tokenizer = public.policy.model_id, public.tokenizer
         summary["ids"] = [s.peer_id for s in sybils]
+        if args.peers_file:
+            SybilMesh.others = frozenset(summary["ids"])
+            learn_all(sybils, [split_maddr(s.join_addrs()[0]) for s in sybils])
         print("SYBILS " + " ".join(summary["ids"]), flush=True)
-        ours, last, t_end = set(summary["ids"]), 0, time.monotonic() + args.seconds
+        print("ADDRS " + " ".join(s.join_addrs()[0] for s in sybils), flush=True)
+        if args.peers_file:
+            victims, fellows = wait_for_peers(Path(args.peers_file), t_end)
+            SybilMesh.others |= {split_maddr(m)[0] for m in fellows}
+            learn_all(sybils, [split_maddr(m) for m in fellows + victims])
+        ours, last = set(summary["ids"]), 0
         while time.monotonic() < t_end:  # never give up: a benched Sybil dials again once its bench ends
-            seen = [p.round for s in sybils for p in s.peers() if p.peer_id not in ours]
-            r = max(seen, default=0)
-            if r > last:
-                last = r
-                for s in sybils:
-                    s.publish(r, r)  # the victims' round, no offers: present, never delivering
-                summary["rounds"][r] = {s.peer_id: sorted(s.neighbours()) for s in sybils}
-                if args.summary:
-                    write_json_atomic(args.summary, summary, durable=False)
+            try:
+                seen = [p.round for s in sybils for p in s.peers() if p.peer_id not in ours]
+                r = max(seen, default=0)
+                if r > last:
+                    last = r
+                    for s in sybils:
+                        s.publish(r, r)  # the victims' round, no offers: present, never delivering
+                    summary["rounds"][r] = {s.peer_id: sorted(s.neighbours()) for s in sybils}
+                    if args.summary:
+                        write_json_atomic(args.summary, summary, durable=False)
+            except SwarmError as e:  # one host's loop missed a call on an overloaded core: go on with all of them
+                print(f"sybils: {e}", file=sys.stderr, flush=True)
             time.sleep(0.5)
         return 0
     finally:
