@@ -129,9 +129,9 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         if net is None:
             return NodeProcess.join(args, tmp / name)
         host = net.host(name)
-        node = NodeProcess.join(args, tmp / name, listen=["--host-maddrs", f"/ip4/{host.ip}/tcp/0"])
-        node.argv = host.cmd(node.argv)
-        return node
+        proc = NodeProcess.join(args, tmp / name, listen=["--host-maddrs", f"/ip4/{host.ip}/tcp/0"])
+        proc.argv = host.cmd(proc.argv)
+        return proc
 
     def launch_hosts(join: list[str]) -> None:
         started = []
