@@ -17,9 +17,9 @@ exchange but never dial each other (a full mesh of 64 Sybils costs the attacker'
 victim), and dial the victims once F appears: one multiaddr a line, and `sybil <multiaddr>` for
 fellow Sybils in other processes (one process per network namespace, to come from many subnets).
 
-Prints `SYBILS <id> <id> ...` and `ADDRS <multiaddr> ...` once every host is up, then follows the honest peers' rounds for
---seconds (it never gives up: a benched Sybil dials again when its bench ends); the summary lists,
-per round, the neighbours each Sybil believes it holds.
+Prints `SYBILS <id> <id> ...` and `ADDRS <multiaddr> ...` once every host is up, then follows the
+honest peers' rounds for --seconds (it never gives up: a benched Sybil dials again when its bench
+ends); the summary lists, per round, the neighbours each Sybil believes it holds.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def main() -> int:
             victims, fellows = wait_for_peers(Path(args.peers_file), t_end)
             SybilMesh.others |= {split_maddr(m)[0] for m in fellows}
             learn_all(sybils, [split_maddr(m) for m in fellows + victims])
-        ours, last = set(summary["ids"]), 0
+        ours, last = set(summary["ids"]) | SybilMesh.others, 0  # the victims' rounds only, not fellow Sybils'
         while time.monotonic() < t_end:  # never give up: a benched Sybil dials again once its bench ends
             try:
                 seen = [p.round for s in sybils for p in s.peers() if p.peer_id not in ours]
