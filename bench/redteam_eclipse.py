@@ -47,6 +47,7 @@ if not __package__:  # run as `python bench/x.py`: import `bench` as a package f
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
 from bench._common import load_runs, percentile  # noqa: E402
 from bench.redteam_network import pinned  # noqa: E402
+from swarm_node.fsutil import write_atomic  # noqa: E402
 from swarm_node.harness.netns import Internet  # noqa: E402
 from swarm_node.harness.process import NodeProcess  # noqa: E402
 from swarm_node.harness.warmstart import public_warm_start  # noqa: E402
@@ -114,13 +115,13 @@ def after_h_spread(rows: list[dict]) -> dict:
 
 def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty", pin: bool = False,
           prestart: bool = False, subnets: bool = False) -> dict:
+    """One trial; `prestart` as main() resolved it (asked for, or implied by `subnets`, for Sybil hosts only)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
     run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
     n = os.cpu_count() or 1  # pinned: V and H on all cores but the last, the Sybils (and their p2pd) on the last
     honest_cores, sybil_cores = (f"0-{max(0, n - 2)}", str(n - 1)) if pin and n > 1 else (None, None)
     hosts = kind in HOST_KINDS  # k hosts in one process that never deliver (liar: offer made-up packets;
     #   busy: offer them and answer every fetch `busy`; stall: hold every fetch open); else k delivering poisoners
-    prestart = (prestart or subnets) and hosts and k > 0
     net = Internet(f"ecl{os.getpid() % 1000}") if subnets else None  # V, H, each Sybil: a namespace, a /24 of its own
     victims_file, sybil_ids, sybil_addrs = tmp / "victims.txt", [], []
 
@@ -139,7 +140,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
             host = net.host(name) if net else None
             argv = [sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(count), *join, "--run-id", run,
                     "--model", model, "--seconds", str(SYBILS_START_S + 1500), "--summary", str(tmp / f"{name}.json"),
-                    *(["--host", host.ip] if host else []), *([f"--{kind}"] if kind in ("liar", "busy", "stall") else [])]
+                    *(["--host", host.ip] if host else []), *([f"--{kind}"] if kind != "empty" else [])]
             started.append(NodeProcess(host.cmd(argv) if host else argv, log=tmp / f"{name}.log"))
             procs.append(started[-1].start())  # started on every core: starting 64 hosts on one took over 900 s
         for s in started:
@@ -157,9 +158,8 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
 
         def sybils() -> None:
             if prestart:  # V, and the Sybils of every process: they name each other, never dial each other
-                victims_file.with_suffix(".tmp").write_text(v.address() + "\n" + "".join(f"sybil {a}\n"
-                                                                                         for a in sybil_addrs))
-                victims_file.with_suffix(".tmp").rename(victims_file)
+                write_atomic(victims_file, v.address() + "\n" + "".join(f"sybil {a}\n" for a in sybil_addrs),
+                             durable=False)
             elif hosts:
                 launch_hosts(["--peers", v.address()])
             else:  # k poisoner processes that deliver valid packets of `kind` (wrongkeep: all-wrong groups)

@@ -156,12 +156,12 @@ def main() -> int:
             public = PublicModel(args.model, args.task_options, args.run_id, sybils[0].peer_id)
             for s in sybils:
                 s.model_id, s.tokenizer = public.policy.model_id, public.tokenizer
-        summary["ids"] = [s.peer_id for s in sybils]
+        summary["ids"], addrs = [s.peer_id for s in sybils], [s.join_addrs()[0] for s in sybils]
         if args.peers_file:
             SybilMesh.others = frozenset(summary["ids"])
-            learn_all(sybils, [split_maddr(s.join_addrs()[0]) for s in sybils])
+            learn_all(sybils, [split_maddr(a) for a in addrs])
         print("SYBILS " + " ".join(summary["ids"]), flush=True)
-        print("ADDRS " + " ".join(s.join_addrs()[0] for s in sybils), flush=True)
+        print("ADDRS " + " ".join(addrs), flush=True)
         if args.peers_file:
             victims, fellows = wait_for_peers(Path(args.peers_file), t_end)
             SybilMesh.others |= {split_maddr(m)[0] for m in fellows}
