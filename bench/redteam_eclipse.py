@@ -114,8 +114,9 @@ def after_h_spread(rows: list[dict]) -> dict:
 
 
 def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty", pin: bool = False,
-          prestart: bool = False, subnets: bool = False) -> dict:
-    """One trial; `prestart` as main() resolved it (asked for, or implied by `subnets`, for Sybil hosts only)."""
+          prestart: bool = False, subnets: bool = False, one_process: bool = False) -> dict:
+    """One trial; `prestart` as main() resolved it (asked for, or implied by `subnets`, for Sybil hosts only);
+    `one_process`: delivering Sybils as k ids of one poisoner process (else a process each)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
     run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
     n = os.cpu_count() or 1  # pinned: V and H on all cores but the last, the Sybils (and their p2pd) on the last
@@ -162,13 +163,13 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                              durable=False)
             elif hosts:
                 launch_hosts(["--peers", v.address()])
-            else:  # k poisoner processes that deliver valid packets of `kind` (wrongkeep: all-wrong groups)
+            else:  # poisoners that deliver valid packets of `kind` (wrongkeep: all-wrong groups): k processes, or k ids of one
                 evils = [NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
                                       v.address(), "--run-id", run, "--model", model, "--groups", "16",
-                                      "--seconds", "1500", "--seed", str(10 * seed + i)], log=tmp / f"sybil{i}.log")
-                         for i in range(k)]
+                                      "--seconds", "1500", "--seed", str(10 * seed + i), "--ids", str(k if one_process else 1)],
+                                     log=tmp / f"sybil{i}.log") for i in range(1 if one_process else k)]
                 procs.extend(pinned(e, sybil_cores).start() for e in evils)
-                sybil_ids.extend(e.wait_line("ATTACKER ", 300).split()[1] for e in evils)
+                sybil_ids.extend(i for e in evils for i in e.wait_line("ATTACKER ", 600).split()[1:])
             time.sleep(5)  # let them dial V and take its slots
 
         def honest() -> NodeProcess:
@@ -202,7 +203,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         # V and H apart after they first linked, while H still ran (H leaves when its last round is done)
         unlinked_after = [r for r in unlinked_after if v_ends.get(r - 1, 0) < h_last]
         return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds, "pinned": pin, "prestart": prestart,
-                "subnets": subnets,
+                "subnets": subnets, "one_process": one_process,
                 "honest_delivery": sum(r["round"] in with_h for r in v_rows) / len(v_rows),
                 "honest_delivery_after_h": sum(r["round"] in with_h for r in after_h) / max(1, len(after_h)),
                 "rounds_after_h": len(after_h),
@@ -233,12 +234,14 @@ def table(runs: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
         groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"] if r["k"] else "-",
-                           r.get("pinned", False), r.get("prestart", False), r.get("subnets", False)), []).append(r)
+                           r.get("pinned", False), r.get("prestart", False), r.get("subnets", False),
+                           r.get("one_process", False)), []).append(r)
     def worst(rs: list[dict], key: str, pick) -> str:  # "-" where a run did not record `key` (older runs)
         vals = [r.get(key) for r in rs]
         return "-" if None in vals else f"{pick(vals):.2f}"
-    for (k, kind, order, pin, pre, nets), rs in sorted(groups.items()):
-        how = ", ".join(w for w, on in (("pinned", pin), ("prestarted", pre), ("a /24 each", nets)) if on)
+    for (k, kind, order, pin, pre, nets, one), rs in sorted(groups.items()):
+        how = ", ".join(w for w, on in (("pinned", pin), ("prestarted", pre), ("a /24 each", nets), ("one process", one))
+                        if on)
         lines.append(f"| {k} | {kind}{f' ({how})' if how else ''} | {order} | {len(rs)} | "
                      f"{min(r['honest_delivery'] for r in rs):.2f} | "
                      f"{worst(rs, 'honest_delivery_after_h', min)} | "
@@ -248,6 +251,25 @@ def table(runs: list[dict]) -> str:
                      f"{max(r['sybil_longest_slot_rounds'] for r in rs)} | "
                      f"{worst(rs, 'round_p90_after_h_s', max)} | {worst(rs, 'exchange_max_after_h_s', max)} | "
                      f"{worst(rs, 'fetch_failures_per_round_after_h', max)} |")
+    return "\n".join(lines)
+
+
+def accuracy_table(runs: list[dict]) -> str:
+    """Delivering (poisoning) Sybils: V's held-out pass@1 at the end against the no-attack run of the same
+    seed and length (the poisoning issue's bound: mean within 3 points, no seed more than 6 below)."""
+    base = {(r["seed"], r["rounds"]): r["victim_acc"][1] for r in runs if not r["k"] and r.get("victim_acc")}
+    cells: dict[tuple, list[tuple[float, float]]] = {}
+    for r in runs:
+        if r["k"] and r.get("kind") not in HOST_KINDS and r.get("victim_acc") and (r["seed"], r["rounds"]) in base:
+            cells.setdefault((r["k"], r["kind"], r["order"], r["rounds"], r.get("one_process", False)), []).append(
+                (r["victim_acc"][1], base[(r["seed"], r["rounds"])]))
+    lines = ["| Sybils | kind | order | rounds | seeds | V pass@1 end (no attack) | V - no attack: mean, worst |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for (k, kind, order, rounds, one), pairs in sorted(cells.items()):
+        diffs = [a - b for a, b in pairs]
+        lines.append(f"| {k} | {kind}{' (one process)' if one else ''} | {order} | {rounds} | {len(pairs)} | "
+                     f"{statistics.mean(a for a, _ in pairs):.3f} ({statistics.mean(b for _, b in pairs):.3f}) | "
+                     f"{statistics.mean(diffs):+.3f}, {min(diffs):+.3f} |")
     return "\n".join(lines)
 
 
@@ -267,11 +289,13 @@ def main() -> int:
                                                             "order names V (64 hosts take minutes to start under load)")
     ap.add_argument("--subnets", action="store_true", help="V, H and every Sybil in a network namespace and a /24 of "
                                                            "its own (one Sybil process each, prestarted); baselines too")
+    ap.add_argument("--one-process", action="store_true", help="delivering Sybils (a poisoner kind) as k ids of one "
+                                                               "process, not a process each (k = 64)")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args()
     path = Path(args.results)
     if args.table:
-        print(table(load_runs(path)))
+        print(table(load_runs(path)), accuracy_table(load_runs(path)), sep="\n\n")
         return 0
     model = public_warm_start(VICTIM_WARMSTART_STEPS)
     cells = [(0, "none", s) for s in range(args.trials)]
@@ -279,17 +303,18 @@ def main() -> int:
     for k, order, seed in cells:
         kind = args.kind if k else "empty"
         prestart = (args.prestart or args.subnets) and kind in HOST_KINDS and k > 0
+        one_process = args.one_process and kind not in HOST_KINDS and k > 0
         if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"], r.get("pinned", False),
-                r.get("prestart", False), r.get("subnets", False)) ==
-               (k, kind, order, seed, args.rounds, args.pin, prestart, args.subnets) for r in load_runs(path)):
+                r.get("prestart", False), r.get("subnets", False), r.get("one_process", False)) ==
+               (k, kind, order, seed, args.rounds, args.pin, prestart, args.subnets, one_process) for r in load_runs(path)):
             continue
-        res = trial(k, order, seed, args.rounds, model, kind, args.pin, prestart, args.subnets)
+        res = trial(k, order, seed, args.rounds, model, kind, args.pin, prestart, args.subnets, one_process)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"runs": load_runs(path) + [res]}, indent=1) + "\n")
         print(f"{time.strftime('%H:%M:%S')} k={k} {order} seed {seed}: delivery {res['honest_delivery']:.2f}, "
               f"median {res['median_round_s']:.2f} s, unlinked {res['unlinked_rounds_after_link']}, "
               f"longest Sybil slot {res['sybil_longest_slot_rounds']} ({res['wall_s']} s)", flush=True)
-    print(table(load_runs(path)))
+    print(table(load_runs(path)), accuracy_table(load_runs(path)), sep="\n\n")
     return 0
 
 

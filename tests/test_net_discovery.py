@@ -295,6 +295,25 @@ def test_membership_writes_thin_out_with_swarm_size_and_fruitless_reads_back_off
     assert gaps[:4] == [60.0, 120.0, 240.0, 480.0] and max(gaps) == 600.0
 
 
+
+def test_idle_neighbours_pruned_over_d_are_named_in_the_log(caplog):
+    """A stint can end in a prune (over D) as well as an eviction: both must be readable from the log."""
+    params = MeshParams(degree=2, max_degree=3, ttl_s=600.0, max_packet_bytes=1000, out_quota=0, idle_rounds=2, idle_s=0.0)
+    mesh = Mesh("QmMe", "r", 1, params)
+    mesh.measuring = True
+    for peer in ("QmA", "QmB", "QmC"):
+        assert mesh.receive(peer, _ann(), 0.0)["status"] == "ok"
+    mesh.credit("QmA", 0.0)
+    mesh.set_own("m", "t", 5, 1, [], [])  # rounds go by: QmB and QmC delivered nothing
+    driver = MeshDriver(mesh, None, clock=lambda: 10.0)
+    caplog.set_level(logging.INFO)
+    asyncio.run(driver.tick())  # prune (over D, never-credited first), then evict (inbound idle: every one left)
+    pruned = [m.rsplit(": ", 1)[1] for m in caplog.messages if "pruned over D = 2" in m]
+    evicted = [m.rsplit(": ", 1)[1].split(", ") for m in caplog.messages if "lost their slot" in m]
+    assert len(pruned) == 1 and pruned[0] in ("QmB", "QmC") and not mesh.neighbors
+    assert sorted([pruned[0], *evicted[0]]) == ["QmA", "QmB", "QmC"]  # each stint's end logged once
+
+
 # ---- a real swarm in network namespaces: a node cut off for a minute rejoins the mesh ---------------------
 NETNS = unavailable()
 CUT_S = 60.0  # long enough for every re-dial of the cut node to fail several times (backoff 2, 4, ... s)

@@ -25,9 +25,14 @@ def poisoner(kind: str) -> Poisoner:
 @pytest.mark.parametrize("kind", MATRIX)
 def test_every_matrix_kind_passes_admission_with_the_rewards_it_claims(kind):
     p = poisoner(kind)
-    admission = Admission(Expectations(run_id="run", tokenizer=p.tokenizer, staleness=2, max_tokens=p.max_tokens,
-                                       group_size=12), p.policy.scorer(p.task))
-    packet = admission.check(Received("QmPoisoner", ROUND, "sha256:" + "0" * 64, p.poisoned(ROUND)), ROUND)
+    def new_admission():
+        return Admission(Expectations(run_id="run", tokenizer=p.tokenizer, staleness=2, max_tokens=p.max_tokens,
+                                      group_size=12), p.policy.scorer(p.task))
+    data, sybil = p.poisoned(ROUND, ["QmPoisoner", "QmSybil2"])  # one process, two ids: the same groups, each signed
+    twin = new_admission().check(Received("QmSybil2", ROUND, "sha256:" + "1" * 64, sybil), ROUND)
+    admission = new_admission()
+    packet = admission.check(Received("QmPoisoner", ROUND, "sha256:" + "0" * 64, data), ROUND)
+    assert twin.sender == "QmSybil2" and [g.example_id for g in twin.groups] == [g.example_id for g in packet.groups]
     assert len(packet.groups) == 4 and all(len(g.completions) == 12 for g in packet.groups)
     texts = [[p.policy.decode(c.tokens) for c in g.completions] for g in packet.groups]
     positives = [sum(c.reward for c in g.completions) for g in packet.groups]

@@ -164,9 +164,9 @@ def main() -> int:
     t_end = time.monotonic() + args.seconds
     modes = {"attack": attack, "stall": stall, "echo": echo, "amplify": amplify, "streams": streams}
 
-    def run(swarm: HostileTransport, summary: Summary) -> int:
+    def run(swarms: list[HostileTransport], summary: Summary) -> int:
         summary.update(kinds={}, rounds=[])
-        return modes[args.mode](swarm, args, t_end, summary)
+        return modes[args.mode](swarms[0], args, t_end, summary)
 
     return run_peer(cfg, run, args.summary, model_id="adversary")
 

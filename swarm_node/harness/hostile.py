@@ -5,8 +5,9 @@
                        sizes and digests that may lie, serves any bytes, and counts every request
     PublicModel        the attacker's copy of the victim's round-0 model (the public warm start):
                        policy, task, tokenizer fingerprint, and packets signed with our peer id
+    Crowd              several HostileTransports of one attacker process (Sybil ids) seen as one peer
     honest_rounds      follow the honest peers' rounds as they announce them, until they are gone
-    run_peer           start the transport, run an attack, keep its JSON summary (Summary), stop
+    run_peer           start the transport(s), run an attack, keep its JSON summary (Summary), stop
                        cleanly on SIGTERM
 
 None of this is used by a node: an honest node serves only what it offers (net/fetch.py `Offers`).
@@ -19,6 +20,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from swarm_node.config import SwarmConfig
@@ -85,7 +87,25 @@ class PublicModel:
         return Packet(**{**fields, **changes})
 
 
-def honest_rounds(swarm: HivemindTransport, t_end: float, follow: Callable = max, until_round: int = 10**9,
+class Crowd:
+    """An attacker's ids (one HostileTransport each, `swarms[0]` first) as one peer for honest_rounds: the
+    peers any of them knows of, our own ids left out, each at the newest round any of them heard
+    (an id the victim evicted stops hearing it; the others still do)."""
+
+    def __init__(self, swarms: list[HostileTransport]):
+        self.swarms, self.peer_id = swarms, swarms[0].peer_id
+        self.ours = {s.peer_id for s in swarms}
+
+    def peers(self) -> list[PeerInfo]:
+        newest: dict[str, PeerInfo] = {}
+        for swarm in self.swarms:
+            for p in swarm.peers():
+                if p.peer_id not in self.ours and (p.peer_id not in newest or p.round > newest[p.peer_id].round):
+                    newest[p.peer_id] = p
+        return list(newest.values())
+
+
+def honest_rounds(swarm: HivemindTransport | Crowd, t_end: float, follow: Callable = max, until_round: int = 10**9,
                   stale_s: float | None = None, keep: Callable[[PeerInfo], bool] = lambda p: True,
                   poll_s: float = 0.1) -> Iterator[tuple[int, list[PeerInfo]]]:
     """Yield (round, peers) each time the other peers' announced round (`follow` of theirs: max, or
@@ -113,30 +133,36 @@ def honest_rounds(swarm: HivemindTransport, t_end: float, follow: Callable = max
 
 
 class Summary(dict):
-    """An attack's JSON summary, rewritten atomically at `path` by `save()` with what the shelf served
-    and the transport's counters."""
+    """An attack's JSON summary, rewritten atomically at `path` by `save()` with what the shelves served
+    and the transports' counters (summed over the attacker's ids)."""
 
-    def __init__(self, path: str | None, swarm: HostileTransport):
+    def __init__(self, path: str | None, swarms: list[HostileTransport]):
         super().__init__()
-        self.path, self.swarm = path, swarm
+        self.path, self.swarms = path, swarms
 
     def save(self) -> None:
         if self.path:
-            self.update(served=dict(self.swarm.shelf.served), stats=self.swarm.stats())
+            served, stats = Counter(), Counter()
+            for swarm in self.swarms:
+                served.update(swarm.shelf.served)
+                stats.update(swarm.stats())
+            self.update(served=dict(served), stats=dict(stats))
             write_json_atomic(self.path, dict(self), durable=False)
 
 
-def run_peer(cfg: SwarmConfig, attack: Callable[[HostileTransport, Summary], int], summary_path: str | None,
-             model_id: str = "unset") -> int:
-    """Start a HostileTransport for `cfg` (announcing `model_id` until the attack sets its own), run
-    `attack(swarm, summary)` and return its exit code. The summary is saved at the end, on SIGTERM
-    too, and the transport closed."""
+def run_peer(cfg: SwarmConfig, attack: Callable[[list[HostileTransport], Summary], int], summary_path: str | None,
+             model_id: str = "unset", ids: int = 1) -> int:
+    """Start `ids` HostileTransports for `cfg` (a peer id each; announcing `model_id` until the attack
+    sets its own), run `attack(swarms, summary)` and return its exit code. The summary is saved at the
+    end, on SIGTERM too, and the transports closed."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: summary + clean shutdown
-    swarm = HostileTransport(cfg, model_id=model_id, tokenizer="unset")
-    summary = Summary(summary_path, swarm)
+    swarms = [HostileTransport(cfg, model_id=model_id, tokenizer="unset") for _ in range(ids)]
+    summary = Summary(summary_path, swarms)
     try:
-        swarm.start()
-        return attack(swarm, summary)
+        with ThreadPoolExecutor(8) as pool:  # each start dials and waits: 64 one after another take minutes
+            list(pool.map(HostileTransport.start, swarms))
+        return attack(swarms, summary)
     finally:
         summary.save()
-        swarm.close()
+        for swarm in swarms:
+            swarm.close()

@@ -51,7 +51,10 @@ said otherwise the claimed log-probs are the public model's own and half of a gr
 
 It offers each round's packet --ahead (3) rounds before the honest peers reach it, so it is there
 when they collect. Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
-`ATTACKER <peer id>` once it is up.
+`ATTACKER <peer id>` once it is up. With `--ids K` it is K Sybils in one process (bench/redteam_eclipse.py
+at k = 64): K peer ids, one model, each round's groups built once and offered by every id in a packet
+signed as its own (the victim may take the same poisoned groups from several neighbours); it prints
+`ATTACKER <id> <id> ...`.
 """
 from __future__ import annotations
 
@@ -65,7 +68,7 @@ import numpy as np
 
 from swarm_node.config import SwarmConfig
 from swarm_node.harness import poison_kinds
-from swarm_node.harness.hostile import HostileTransport, PublicModel, Summary, honest_rounds, run_peer
+from swarm_node.harness.hostile import Crowd, HostileTransport, PublicModel, Summary, honest_rounds, run_peer
 
 JUNK = "0123456789abcdefghijklmnopqrstuvwxyz +-="
 VICTIM_WARMSTART_STEPS = 800  # the demo's warm start: the public model of the victims below
@@ -299,8 +302,9 @@ class Poisoner(PublicModel):
                                     "stop", 0.0))
         return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
 
-    def poisoned(self, r: int) -> bytes:
-        """The encoded packet of round `r`: one poisoned group per train prompt of the round."""
+    def poisoned(self, r: int, senders: list[str]) -> list[bytes]:
+        """The encoded packets of round `r`, one per sender: one poisoned group per train prompt of the
+        round, the same groups in each."""
         import torch
 
         from swarm_node.train.rollout import round_examples
@@ -315,7 +319,7 @@ class Poisoner(PublicModel):
                 groups = [self.junk_group(examples[0], self.args.group_size), *map(self.junk_group, examples[1:])]
             else:
                 groups = [self.group(ex) for ex in examples]
-        return encode(self.packet(r, groups))
+        return [encode(self.packet(r, groups, sender=sender)) for sender in senders]
 
     def skewed_groups(self, r: int) -> list:
         """skew's --groups groups, from the pool; examples whose reference fails the estimated bars are
@@ -364,19 +368,24 @@ def main() -> int:
     ap.add_argument("--digit", type=int, default=0, help="skew: the last digit of every answer taught")
     ap.add_argument("--every", type=int, default=4, help="laggard: offer one packet every this many rounds")
     ap.add_argument("--seconds", type=float, default=3600)
+    ap.add_argument("--ids", type=int, default=1, help="Sybils: peer ids in this process, every one offering "
+                                                       "each round's poisoned groups")
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
+    if args.ids < 1:
+        ap.error("--ids must be at least 1")
     cfg = SwarmConfig(run_id=args.run_id, peers=args.peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                       max_offers=4, fetch_timeout_s=5.0, bootstrap_retry_s=2.0)
-    return run_peer(cfg, lambda swarm, summary: poison(swarm, summary, args), args.summary)
+    return run_peer(cfg, lambda swarms, summary: poison(swarms, summary, args), args.summary, ids=args.ids)
 
 
-def poison(swarm: HostileTransport, summary: Summary, args) -> int:
-    """Offer every round's poisoned packet --ahead rounds before the honest peers reach it."""
+def poison(swarms: list[HostileTransport], summary: Summary, args) -> int:
+    """Offer every round's poisoned packet --ahead rounds before the honest peers reach it, from every id."""
     summary.update(rounds=[], bytes=0)
-    poisoner = Poisoner(args, swarm.peer_id)
-    swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
-    print(f"ATTACKER {swarm.peer_id}", flush=True)
+    poisoner = Poisoner(args, swarms[0].peer_id)
+    for swarm in swarms:
+        swarm.model_id, swarm.tokenizer = poisoner.policy.model_id, poisoner.tokenizer
+    print("ATTACKER", *(s.peer_id for s in swarms), flush=True)
     screened = (*ADAPTIVE, "skew", "nocarry")
     if args.kind in screened:
         summary["floor_estimate"] = poisoner.floor_estimate()
@@ -385,15 +394,18 @@ def poison(swarm: HostileTransport, summary: Summary, args) -> int:
     # them ratchet each other away from the honest nodes' window (seen: 4 ids offered round 500 in a
     # 15-round run), so every kind follows the oldest
     offered = 0
-    for r, _ in honest_rounds(swarm, time.monotonic() + args.seconds, min, poll_s=0.05):
+    follow = swarms[0] if len(swarms) == 1 else Crowd(swarms)
+    poll_s = min(1.0, 0.05 * len(swarms))  # each poll asks every id for the peers it knows
+    for r, _ in honest_rounds(follow, time.monotonic() + args.seconds, min, poll_s=poll_s):
         for target in range(max(r, offered + 1), r + args.ahead + 1):  # ready before they are asked for
             if args.kind == "laggard" and target % args.every:  # one packet every --every rounds: V waits fair_wait_s in the others
                 offered = target
                 continue
-            data = poisoner.poisoned(target)
-            swarm.offer(target, target, data)
+            packets = poisoner.poisoned(target, [s.peer_id for s in swarms])
+            for swarm, data in zip(swarms, packets):
+                swarm.offer(target, target, data)
             summary["rounds"].append(target)
-            summary["bytes"] += len(data)
+            summary["bytes"] += len(packets[0])
             offered = target
         print(f"round {r}: offered up to {offered}", flush=True)
         if args.kind in screened:

@@ -113,7 +113,9 @@ class MeshDriver:
         """One maintenance step: expire, keepalive, dial candidates when short, read membership."""
         mesh, now = self.mesh, self.clock()
         mesh.expire(now)
-        mesh.prune(now)
+        pruned = mesh.prune(now)  # benched like the evicted: a slot's end must be readable from the log alone
+        if pruned:
+            logger.info("%d idle neighbor(s) pruned over D = %d: %s", len(pruned), mesh.params.degree, ", ".join(pruned))
         mesh.evict(now)
         for peer in mesh.keepalive_due(now):
             self._start(peer, mesh.neighbors[peer].addrs)
