@@ -163,11 +163,15 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                              durable=False)
             elif hosts:
                 launch_hosts(["--peers", v.address()])
-            else:  # poisoners that deliver valid packets of `kind` (wrongkeep: all-wrong groups): k processes, or k ids of one
-                evils = [NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers",
-                                      v.address(), "--run-id", run, "--model", model, "--groups", "16",
-                                      "--seconds", "1500", "--seed", str(10 * seed + i), "--ids", str(k if one_process else 1)],
-                                     log=tmp / f"sybil{i}.log") for i in range(1 if one_process else k)]
+            else:  # poisoners that deliver valid packets of `kind` (wrongkeep: all-wrong groups): k processes, or k ids
+                evils = []  # of one; with `subnets`, each process in a namespace and a /24 of its own (one process: one /24)
+                for i in range(1 if one_process else k):
+                    host = net.host(f"sybil{i}") if net else None
+                    argv = [sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", kind, "--peers", v.address(),
+                            "--run-id", run, "--model", model, "--groups", "16", "--seconds", "1500",
+                            "--seed", str(10 * seed + i), "--ids", str(k if one_process else 1),
+                            *(["--host", host.ip] if host else [])]
+                    evils.append(NodeProcess(host.cmd(argv) if host else argv, log=tmp / f"sybil{i}.log"))
                 procs.extend(pinned(e, sybil_cores).start() for e in evils)
                 sybil_ids.extend(i for e in evils for i in e.wait_line("ATTACKER ", 600).split()[1:])
             time.sleep(5)  # let them dial V and take its slots
@@ -287,8 +291,9 @@ def main() -> int:
                                                        "what the attack costs V, not the CPU its daemons take")
     ap.add_argument("--prestart", action="store_true", help="start the Sybil hosts before V, idle until the join "
                                                             "order names V (64 hosts take minutes to start under load)")
-    ap.add_argument("--subnets", action="store_true", help="V, H and every Sybil in a network namespace and a /24 of "
-                                                           "its own (one Sybil process each, prestarted); baselines too")
+    ap.add_argument("--subnets", action="store_true", help="V, H and every Sybil process in a network namespace and a "
+                                                           "/24 of its own (one Sybil process each, prestarted; with "
+                                                           "--one-process, k delivering ids in one /24); baselines too")
     ap.add_argument("--one-process", action="store_true", help="delivering Sybils (a poisoner kind) as k ids of one "
                                                                "process, not a process each (k = 64)")
     ap.add_argument("--table", action="store_true")

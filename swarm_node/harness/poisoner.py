@@ -370,11 +370,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--ids", type=int, default=1, help="Sybils: peer ids in this process, every one offering "
                                                        "each round's poisoned groups")
+    ap.add_argument("--host", default="127.0.0.1", help="the IPv4 address every id listens on")
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
     if args.ids < 1:
         ap.error("--ids must be at least 1")
-    cfg = SwarmConfig(run_id=args.run_id, peers=args.peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+    cfg = SwarmConfig(run_id=args.run_id, peers=args.peers, host_maddrs=[f"/ip4/{args.host}/tcp/0"],
                       max_offers=4, fetch_timeout_s=5.0, bootstrap_retry_s=2.0)
     return run_peer(cfg, lambda swarms, summary: poison(swarms, summary, args), args.summary, ids=args.ids)
 
