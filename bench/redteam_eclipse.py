@@ -217,7 +217,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                 "first_linked_round": linked[0] if linked else None, "unlinked_rounds_after_link": unlinked_after,
                 "sybil_longest_slot_rounds": max((longest_run(seen, s) for s in sybil_ids), default=0),
                 "sybil_longest_slot_id": max(sybil_ids, key=lambda s: longest_run(seen, s), default=None),
-                "sybil_slot_rounds_total": sum(s in seen[r] for r in seen for s in sybil_ids),
+                "sybil_slot_rounds_total": sum(s in seen[r] for r in seen for s in sybil_ids), "sybil_ids_up": len(sybil_ids),
                 "rounds_watched": len(seen), "neighbors_evicted": sum(r.get("swarm/neighbors_evicted", 0) for r in v_rows),
                 "peers_graylisted": sum(r.get("swarm/peers_graylisted", 0) for r in v_rows),
                 "victim_acc": [v.rows()[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]] if v_rows else None,
