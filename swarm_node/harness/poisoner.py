@@ -52,7 +52,7 @@ said otherwise the claimed log-probs are the public model's own and half of a gr
 It offers each round's packet --ahead (3) rounds before the honest peers reach it, so it is there
 when they collect. Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
 `ATTACKER <peer id>` once it is up. With `--ids K` it is K Sybils in one process (bench/redteam_eclipse.py
-at k = 64): K peer ids, one model, each round's groups built once and offered by every id in a packet
+--one-process): K peer ids, one model, each round's groups built once and offered by every id in a packet
 signed as its own (the victim may take the same poisoned groups from several neighbours); it prints
 `ATTACKER <id> <id> ...`.
 """
