@@ -295,7 +295,6 @@ def test_membership_writes_thin_out_with_swarm_size_and_fruitless_reads_back_off
     assert gaps[:4] == [60.0, 120.0, 240.0, 480.0] and max(gaps) == 600.0
 
 
-
 def test_idle_neighbours_pruned_over_d_are_named_in_the_log(caplog):
     """A stint can end in a prune (over D) as well as an eviction: both must be readable from the log."""
     params = MeshParams(degree=2, max_degree=3, ttl_s=600.0, max_packet_bytes=1000, out_quota=0, idle_rounds=2, idle_s=0.0)

@@ -395,9 +395,8 @@ def poison(swarms: list[HostileTransport], summary: Summary, args) -> int:
     # them ratchet each other away from the honest nodes' window (seen: 4 ids offered round 500 in a
     # 15-round run), so every kind follows the oldest
     offered = 0
-    follow = swarms[0] if len(swarms) == 1 else Crowd(swarms)
     poll_s = min(1.0, 0.05 * len(swarms))  # each poll asks every id for the peers it knows
-    for r, _ in honest_rounds(follow, time.monotonic() + args.seconds, min, poll_s=poll_s):
+    for r, _ in honest_rounds(Crowd(swarms), time.monotonic() + args.seconds, min, poll_s=poll_s):
         for target in range(max(r, offered + 1), r + args.ahead + 1):  # ready before they are asked for
             if args.kind == "laggard" and target % args.every:  # one packet every --every rounds: V waits fair_wait_s in the others
                 offered = target
