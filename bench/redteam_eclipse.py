@@ -45,7 +45,7 @@ from pathlib import Path
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
-from bench._common import load_runs, percentile  # noqa: E402
+from bench._common import load_runs, machine_info, percentile  # noqa: E402
 from bench.redteam_network import pinned  # noqa: E402
 from swarm_node.fsutil import write_atomic  # noqa: E402
 from swarm_node.harness.netns import Internet  # noqa: E402
@@ -231,22 +231,22 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| Sybils | kind | order | trials | honest packets in V's rounds (min) | ... in V's rounds after H's first "
+    lines = ["| CPU | Sybils | kind | order | trials | honest packets in V's rounds (min) | ... in V's rounds after H's first "
              "(min) | median round s (max) | ... after H's first (max) | V-H unlinked after linking | longest Sybil slot, "
              "rounds (max) | round p90 after H's first (max) | exchange after H's first, max s | failed fetches a round "
-             "(max) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(max) |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["k"], r.get("kind", "empty") if r["k"] else "-", r["order"] if r["k"] else "-",
-                           r.get("pinned", False), r.get("prestart", False), r.get("subnets", False),
-                           r.get("one_process", False)), []).append(r)
+        groups.setdefault((r.get("cpu") or "-", r["k"], r.get("kind", "empty") if r["k"] else "-",
+                           r["order"] if r["k"] else "-", r.get("pinned", False), r.get("prestart", False),
+                           r.get("subnets", False), r.get("one_process", False)), []).append(r)
     def worst(rs: list[dict], key: str, pick) -> str:  # "-" where a run did not record `key` (older runs)
         vals = [r.get(key) for r in rs]
         return "-" if None in vals else f"{pick(vals):.2f}"
-    for (k, kind, order, pin, pre, nets, one), rs in sorted(groups.items()):
+    for (cpu, k, kind, order, pin, pre, nets, one), rs in sorted(groups.items()):
         how = ", ".join(w for w, on in (("pinned", pin), ("prestarted", pre), ("a /24 each", nets), ("one process", one))
                         if on)
-        lines.append(f"| {k} | {kind}{f' ({how})' if how else ''} | {order} | {len(rs)} | "
+        lines.append(f"| {cpu} | {k} | {kind}{f' ({how})' if how else ''} | {order} | {len(rs)} | "
                      f"{min(r['honest_delivery'] for r in rs):.2f} | "
                      f"{worst(rs, 'honest_delivery_after_h', min)} | "
                      f"{max(r['median_round_s'] for r in rs):.2f} | "
@@ -260,18 +260,21 @@ def table(runs: list[dict]) -> str:
 
 def accuracy_table(runs: list[dict]) -> str:
     """Delivering (poisoning) Sybils: V's held-out pass@1 at the end against the no-attack run of the same
-    seed and length (the poisoning issue's bound: mean within 3 points, no seed more than 6 below)."""
-    base = {(r["seed"], r["rounds"]): r["victim_acc"][1] for r in runs if not r["k"] and r.get("victim_acc")}
+    seed and length on the same kind of CPU (another CPU kind warm-starts V elsewhere: same seeds, other
+    floats), the poisoning issue's bound: mean within 3 points, no seed more than 6 below."""
+    def pairing(r: dict) -> tuple:
+        return r.get("cpu"), r["seed"], r["rounds"]
+    base = {pairing(r): r["victim_acc"][1] for r in runs if not r["k"] and r.get("victim_acc")}
     cells: dict[tuple, list[tuple[float, float]]] = {}
     for r in runs:
-        if r["k"] and r.get("kind") not in HOST_KINDS and r.get("victim_acc") and (r["seed"], r["rounds"]) in base:
-            cells.setdefault((r["k"], r["kind"], r["order"], r["rounds"], r.get("one_process", False)), []).append(
-                (r["victim_acc"][1], base[(r["seed"], r["rounds"])]))
-    lines = ["| Sybils | kind | order | rounds | seeds | V pass@1 end (no attack) | V - no attack: mean, worst |",
-             "|---|---|---|---:|---:|---:|---:|"]
-    for (k, kind, order, rounds, one), pairs in sorted(cells.items()):
+        if r["k"] and r.get("kind") not in HOST_KINDS and r.get("victim_acc") and pairing(r) in base:
+            cells.setdefault((r.get("cpu") or "-", r["k"], r["kind"], r["order"], r["rounds"],
+                              r.get("one_process", False)), []).append((r["victim_acc"][1], base[pairing(r)]))
+    lines = ["| CPU | Sybils | kind | order | rounds | seeds | V pass@1 end (no attack) | V - no attack: mean, worst |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    for (cpu, k, kind, order, rounds, one), pairs in sorted(cells.items()):
         diffs = [a - b for a, b in pairs]
-        lines.append(f"| {k} | {kind}{' (one process)' if one else ''} | {order} | {rounds} | {len(pairs)} | "
+        lines.append(f"| {cpu} | {k} | {kind}{' (one process)' if one else ''} | {order} | {rounds} | {len(pairs)} | "
                      f"{statistics.mean(a for a, _ in pairs):.3f} ({statistics.mean(b for _, b in pairs):.3f}) | "
                      f"{statistics.mean(diffs):+.3f}, {min(diffs):+.3f} |")
     return "\n".join(lines)
@@ -303,6 +306,7 @@ def main() -> int:
         print(table(load_runs(path)), accuracy_table(load_runs(path)), sep="\n\n")
         return 0
     model = public_warm_start(VICTIM_WARMSTART_STEPS)
+    cpu = machine_info()["cpu_model"]  # part of every result and its resume key: other CPU kinds, other floats
     cells = [(0, "none", s) for s in range(args.trials)]
     cells += [(k, o, s) for s in range(args.trials) for k in args.k for o in args.orders]
     for k, order, seed in cells:
@@ -310,10 +314,12 @@ def main() -> int:
         prestart = (args.prestart or args.subnets) and kind in HOST_KINDS and k > 0
         one_process = args.one_process and kind not in HOST_KINDS and k > 0
         if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"], r.get("pinned", False),
-                r.get("prestart", False), r.get("subnets", False), r.get("one_process", False)) ==
-               (k, kind, order, seed, args.rounds, args.pin, prestart, args.subnets, one_process) for r in load_runs(path)):
+                r.get("prestart", False), r.get("subnets", False), r.get("one_process", False), r.get("cpu")) ==
+               (k, kind, order, seed, args.rounds, args.pin, prestart, args.subnets, one_process, cpu)
+               for r in load_runs(path)):
             continue
-        res = trial(k, order, seed, args.rounds, model, kind, args.pin, prestart, args.subnets, one_process)
+        res = {**trial(k, order, seed, args.rounds, model, kind, args.pin, prestart, args.subnets, one_process),
+               "cpu": cpu}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"runs": load_runs(path) + [res]}, indent=1) + "\n")
         print(f"{time.strftime('%H:%M:%S')} k={k} {order} seed {seed}: delivery {res['honest_delivery']:.2f}, "
