@@ -56,6 +56,7 @@ from swarm_node.status import read_status  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "redteam_eclipse.json"
 HOST_KINDS = ("empty", "liar", "busy", "stall")  # Sybils as hosts of harness/sybils.py (the rest: poisoner processes)
+SYBIL_FLAGS = {"empty": [], "liar": ["--lie"], "busy": ["--busy"], "stall": ["--stall"]}  # sybils.py's flag per kind
 SYBILS_START_S = 900  # 64 Sybil hosts in one process beside V on 2 cores: ~80 s, over 300 s when V fetches from them
 
 
@@ -141,7 +142,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
             host = net.host(name) if net else None
             argv = [sys.executable, "-m", "swarm_node.harness.sybils", "--k", str(count), *join, "--run-id", run,
                     "--model", model, "--seconds", str(SYBILS_START_S + 1500), "--summary", str(tmp / f"{name}.json"),
-                    *(["--host", host.ip] if host else []), *([f"--{kind}"] if kind != "empty" else [])]
+                    *(["--host", host.ip] if host else []), *SYBIL_FLAGS[kind]]
             started.append(NodeProcess(host.cmd(argv) if host else argv, log=tmp / f"{name}.log"))
             procs.append(started[-1].start())  # started on every core: starting 64 hosts on one took over 900 s
         for s in started:
