@@ -268,7 +268,7 @@ def accuracy_table(runs: list[dict]) -> str:
     base = {pairing(r): r["victim_acc"][1] for r in runs if not r["k"] and r.get("victim_acc")}
     cells: dict[tuple, list[tuple[float, float]]] = {}
     for r in runs:
-        if r["k"] and r.get("kind") not in HOST_KINDS and r.get("victim_acc") and pairing(r) in base:
+        if r["k"] and r.get("kind", "empty") not in HOST_KINDS and r.get("victim_acc") and pairing(r) in base:
             cells.setdefault((r.get("cpu") or "-", r["k"], r["kind"], r["order"], r["rounds"],
                               r.get("one_process", False)), []).append((r["victim_acc"][1], base[pairing(r)]))
     lines = ["| CPU | Sybils | kind | order | rounds | seeds | V pass@1 end (no attack) | V - no attack: mean, worst |",
