@@ -55,8 +55,8 @@ from swarm_node.status import read_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "redteam_eclipse.json"
-HOST_KINDS = ("empty", "liar", "busy", "stall")  # Sybils as hosts of harness/sybils.py (the rest: poisoner processes)
 SYBIL_FLAGS = {"empty": [], "liar": ["--lie"], "busy": ["--busy"], "stall": ["--stall"]}  # sybils.py's flag per kind
+HOST_KINDS = tuple(SYBIL_FLAGS)  # Sybils as hosts of harness/sybils.py (the rest: poisoner processes)
 SYBILS_START_S = 900  # 64 Sybil hosts in one process beside V on 2 cores: ~80 s, over 300 s when V fetches from them
 
 
