@@ -242,6 +242,14 @@ class SwarmConfig:
     """One peer's groups fill at most this share of a step's peer slots (rounded up), so one liar is diluted."""
     trusted_peers: list[str] = field(default_factory=list)
     """If non-empty, train only on packets from these peer ids (private swarms); others are rejected."""
+    guard_every: int | None = None
+    """Every this many rounds (and after the last) compare the model with a copy trained on our own groups only, on a private train slice; if peers made it measurably worse, go back to the copy and stop training on them for a while (train/guard.py). None = 5 in an open swarm, 0 (off) with trusted_peers."""
+    guard_examples: int | None = None
+    """Size of the guard's private slice: train examples drawn with a secret seed (train.seed's if set). None = 500 for tiny presets, 200 for real models."""
+    guard_margin: float = 0.02
+    """Smallest pass@1 gap on the slice that counts for the guard, besides two standard deviations of the paired difference."""
+    guard_ban_rounds: int = 20
+    """Rounds a peer blamed by the guard is not trained on; doubled at each further offence."""
     fetch_timeout_s: float = 10.0
     """A stalled peer costs at most this per packet fetch."""
     linger_s: float = 5.0
@@ -286,6 +294,9 @@ class SwarmConfig:
         _check(self.max_peer_groups >= 0, "swarm.max_peer_groups must be >= 0")
         _check(self.peer_groups_per_own >= 0, "swarm.peer_groups_per_own must be >= 0")
         _check(0 < self.max_peer_share <= 1, "swarm.max_peer_share must be in (0, 1]")
+        _check((self.guard_every is None or self.guard_every >= 0) and (self.guard_examples is None or self.guard_examples >= 1)
+               and 0 <= self.guard_margin < 1 and self.guard_ban_rounds >= 1,
+               "swarm.guard_every must be >= 0, guard_examples >= 1, guard_margin in [0, 1), guard_ban_rounds >= 1")
         _check(self.fetch_timeout_s > 0, "swarm.fetch_timeout_s must be > 0")
         _check(self.linger_s >= 0, "swarm.linger_s must be >= 0")
         _check(bool(self.run_id) and len(self.run_id) <= 64, "swarm.run_id must be 1..64 characters")

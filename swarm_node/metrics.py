@@ -34,7 +34,12 @@ MISMATCH_RATIO_MIN, MISMATCH_RATIO_MEAN, MISMATCH_RATIO_MAX = (  # of exp(d)
     "sampling/importance_sampling_ratio/max")
 EVAL_ACCURACY, EVAL_N, OOD_ACCURACY, OOD_N = "eval/accuracy", "eval/n", "ood/accuracy", "ood/n"
 TIME_GENERATE, TIME_EXCHANGE, TIME_TRAIN = "time/generate_s", "time/exchange_s", "time/train_s"
-TIME_EVAL, TIME_ROUND = "time/eval_s", "time/round_s"
+TIME_EVAL, TIME_ROUND, TIME_GUARD = "time/eval_s", "time/round_s", "time/guard_s"
+# the guard's check (train/guard.py), on its rounds: pass@1 of both models on the private slice, the
+# gap (alone only - mixed only) / n and its bar, resets so far; every round: peers not trained on
+# now, rounds left of a lockdown (only vouched peers teach)
+GUARD_MIXED, GUARD_ALONE, GUARD_GAP, GUARD_BAR = "guard/mixed_accuracy", "guard/alone_accuracy", "guard/gap", "guard/bar"
+GUARD_RESETS, GUARD_DISTRUSTED, GUARD_LOCKDOWN = "guard/resets", "guard/distrusted_peers", "guard/lockdown_rounds"
 TRAIN_GROUPS, TRAIN_SEQUENCES, TRAIN_ACTIVE_FRAC = "train/groups", "train/sequences", "train/active_frac"
 TRAIN_GRAD_NORM, TRAIN_POLICY_VERSION = "train/grad_norm", "train/policy_version"
 TRAIN_PEER_NEGATIVES = "train/peer_negatives_frac"  # share of the step's sequences: an untrusted peer's A_i < 0

@@ -1,7 +1,7 @@
 """The node: the round loop. Read it top to bottom; each stage has a banner.
 
-    round r:  generate -> offer -> collect + admit -> combine -> train -> sync weights
-              -> evaluate (every k rounds) -> log one metrics row -> checkpoint
+    round r:  generate -> offer -> collect + admit -> combine -> train -> guard (every k rounds)
+              -> sync weights -> evaluate (every k rounds) -> log one metrics row -> checkpoint
 
 Round 0 is the starting point (held-out accuracy before any RL); rounds 1..N train. A
 checkpoint after round r resumes at r + 1 with the same prompts and sampling seeds (a swarm node
@@ -35,6 +35,7 @@ from swarm_node.train.batch import TrainBatch
 from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from swarm_node.train.defaults import resolve as resolve_defaults
 from swarm_node.train.evaluate import held_out, pass_at_1
+from swarm_node.train.guard import Guard, private_slice
 from swarm_node.train.models import plan_node_memory
 from swarm_node.train.policy import Policy
 from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, group_stats, has_signal, prompt_tokens,
@@ -82,6 +83,7 @@ class Parts:
     first: int  # the first round to run (after a checkpoint: its round + 1)
     exchange: Exchange | None = None
     admission: Admission | None = None
+    guard: Guard | None = None
 
 
 def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport] | None, status: StatusFile) -> Parts:
@@ -135,6 +137,10 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
                               trusted_peers=frozenset(cfg.swarm.trusted_peers), prompts=cfg.swarm.prompts,
                               horizontal=cfg.swarm.mode == "horizontal")
         parts.admission = Admission(expect, policy.scorer(task))
+        if cfg.swarm.guard_every:
+            shadow = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature)
+            parts.guard = Guard(trainer, shadow, task, private_slice(task, cfg.swarm.guard_examples, cfg.train.seed),
+                                cfg.rollout.max_new_tokens, cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
     return parts
 
 
@@ -179,7 +185,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
         status.update(state="failed", error=f"{type(e).__name__}: {e}"[:500])
         raise
     cfg = p.cfg
-    policy, sampler, trainer, exchange, admission = p.policy, p.sampler, p.trainer, p.exchange, p.admission
+    policy, sampler, trainer, exchange, admission, guard = p.policy, p.sampler, p.trainer, p.exchange, p.admission, p.guard
     scorer = policy.scorer(p.task)
     if resume:  # rounds after the checkpoint are trained again: their old rows must not appear twice
         drop_rounds_after(out / "metrics.jsonl", p.first - 1)
@@ -233,12 +239,22 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 batch = TrainBatch.from_groups(groups, policy.pad_id, own=[s == OWN for s in sources],
                                                untrusted=[s != OWN and s not in trusted for s in sources])
                 row.update(trainer.step(batch))
+                useful = {x.source for x in rollouts if x.source != OWN and has_signal(x.group)}
                 if exchange is not None:  # the mesh keeps neighbours we took data from that did not misbehave
                     exchange.credit(accepted, set(sources) - {OWN},
-                                    implausible_only(sources, batch.rewards > 0, trainer.implausible),
-                                    useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)},
+                                    implausible_only(sources, batch.rewards > 0, trainer.implausible), useful=useful,
                                     teaching={peer for peer, packet in accepted if any(map(has_signal, packet.groups))},
                                     round_index=r)
+
+                # ---------------------------------------------------------------- guard
+                if guard is not None:  # a copy learns from the same own groups; peers must not leave us behind it
+                    guard.step(batch, taught_by=useful - trusted)
+                    if _due(r, cfg.swarm.guard_every, last):
+                        verdict = guard.check(r)
+                        admission.distrust(verdict.distrusted, verdict.locked_until, verdict.admitted)
+                        row.update(verdict.stats)
+                    row[M.GUARD_DISTRUSTED] = admission.distrusted_at(r)
+                    row[M.GUARD_LOCKDOWN] = max(0, admission.locked_until - r)
 
                 # ---------------------------------------------------------------- sync weights
                 sampler.sync(policy, trainer.policy_version)

@@ -224,3 +224,30 @@ def test_an_echo_re_spelled_in_other_ids_is_still_an_echo(setup):
     with pytest.raises(Rejected) as e:
         admission.check(Received(PEER, ROUND, "sha256:" + "0" * 64, _packet(groups[:1], expect)), ROUND)
     assert e.value.reason == "echo" and "re-spelled" in str(e.value)
+
+
+def test_a_distrusted_peer_is_refused_until_its_ban_ends_and_a_later_ban_never_shortens_it(setup):
+    policy, task, groups, expect = setup
+    gate = Admission(expect, policy.scorer(task))
+    gate.distrust({PEER: ROUND + 1})
+    gate.distrust({PEER: ROUND})  # an earlier end does not shorten it
+    with pytest.raises(Rejected) as e:
+        gate.check(Received(PEER, ROUND, "sha256:" + "1" * 64, _packet(groups, expect)), ROUND)
+    assert e.value.reason == "distrusted"
+    assert gate.distrusted_at(ROUND) == 1 and gate.distrusted_at(ROUND + 1) == 0
+    item = Received(PEER, ROUND + 1, "sha256:" + "2" * 64, _packet(groups, expect, round=ROUND + 1))
+    assert gate.check(item, ROUND + 1).sender == PEER
+
+
+def test_in_a_lockdown_only_vouched_peers_are_admitted_until_it_ends(setup):
+    policy, task, groups, expect = setup
+    gate = Admission(expect, policy.scorer(task))
+    gate.distrust({}, locked_until=ROUND + 1, vouched=frozenset({"QmFriend"}))
+    gate.distrust({}, locked_until=ROUND, vouched=frozenset())  # an earlier end changes nothing
+    assert gate.refuses(PEER, ROUND) == "lockdown" and gate.refuses("QmFriend", ROUND) is None
+    with pytest.raises(Rejected) as e:
+        gate.check(Received(PEER, ROUND, "sha256:" + "3" * 64, _packet(groups, expect)), ROUND)
+    assert e.value.reason == "lockdown"
+    friendly = Received("QmFriend", ROUND, "sha256:" + "4" * 64, _packet(groups, expect, sender="QmFriend"))
+    assert gate.check(friendly, ROUND).sender == "QmFriend"
+    assert gate.refuses(PEER, ROUND + 1) is None

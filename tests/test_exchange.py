@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from swarm_node.config import RolloutConfig, load_config
 from swarm_node.net import Collected, PeerInfo, Received
+from swarm_node.swarm import Rejected
 from swarm_node.swarm.admit import Admission, Expectations
 from swarm_node.swarm.exchange import Exchange
 from swarm_node.train.rollout import generate_groups, round_examples
@@ -24,6 +25,9 @@ class AdmitAll:
 
     def take_stats(self):
         return {}
+
+    def refuses(self, peer, round_index):
+        return None
 
 
 def _resigned(data: bytes, sender: str, **changes) -> bytes:
@@ -191,6 +195,43 @@ def test_a_new_neighbour_that_refuses_a_fetch_or_lets_a_fair_wait_run_out_is_not
         exchange.collect(r, AdmitAll())
         seconds.append(time.monotonic() - t0)
     assert 0.9 <= seconds[0] < 1.5 and seconds[1] < 0.5, seconds
+
+
+class RefuseDistrusted(AdmitAll):
+    """Admits every packet but those of the peers it distrusts (as Admission does after the guard's verdict)."""
+
+    def __init__(self, distrusted, refused=()):
+        self.distrusted, self.refused = set(distrusted), set(distrusted) | set(refused)
+
+    def refuses(self, peer, round_index):
+        return "distrusted" if peer in self.distrusted else None
+
+    def check(self, item, round_index):
+        if item.peer_id in self.refused:
+            raise Rejected("distrusted", item.peer_id)
+        return super().check(item, round_index)
+
+
+def test_nobody_waits_for_a_distrusted_peer_but_another_producer_is_still_waited_for():
+    """The guard distrusts QmNewBanned (train/guard.py): its packets are refused, and while every
+    producer we know is distrusted the round does not wait out its deadline for packets it would
+    refuse; with an honest producer beside it, the wait for that one goes on as before."""
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=3", "swarm.fair_wait_s=2"])
+
+    def run(neighbours, batches, distrusted, refused=()):
+        transport = PacedTransport(neighbours, {"QmSlow"})
+        transport.batches = [[Received(p, 5, f"sha256:{p}", p.encode()) for p in batch] for batch in batches]
+        t0 = time.monotonic()
+        accepted, stats = Exchange(transport, cfg.swarm, "m", "t").collect(5, RefuseDistrusted(distrusted, refused))
+        return [peer for peer, _ in accepted], stats.get("swarm/rejected/distrusted", 0), time.monotonic() - t0
+
+    accepted, refused, seconds = run(["QmNewBanned"], [["QmNewBanned"]], distrusted={"QmNewBanned"})
+    assert accepted == [] and refused == 1 and seconds < 0.5, seconds
+    # the same refusals from a peer that is not distrusted: the round waits for its next packet, as before
+    accepted, _, seconds = run(["QmNewBanned"], [["QmNewBanned"]], distrusted=set(), refused={"QmNewBanned"})
+    assert accepted == [] and seconds >= 2.9, seconds
+    accepted, refused, seconds = run(["QmNewBanned", "QmSlow"], [["QmNewBanned"], ["QmSlow"]], distrusted={"QmNewBanned"})
+    assert accepted == ["QmSlow"] and refused == 1
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():

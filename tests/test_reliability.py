@@ -380,6 +380,9 @@ def test_exchange_counts_every_rejection_and_survives_internal_errors(crafted):
         def take_stats(self):
             return {}
 
+        def refuses(self, peer, round_index):
+            return None
+
     transport.queue = [Received(EVIL, 6, "sha256:" + "4" * 64, good)]
     _, stats = ex.collect(6, Boom())
     assert stats["swarm/rejected/internal_error"] == 1

@@ -5,7 +5,10 @@ locally) or raises `Rejected(reason)`; the reason becomes a metric (`swarm/rejec
 docs/RELIABILITY.md lists them). The checks, in order:
 
     decode        the codec's strict validation (limits, types, finite log-probs <= 0, vocab)
-    trust         with `swarm.trusted_peers` set, the sender is one of them (private swarms)
+    trust         with `swarm.trusted_peers` set, the sender is one of them (private swarms); and
+                  the guard does not refuse the sender now (`refuses`: distrusted, because what it
+                  taught made us worse; or, in a lockdown after such a verdict, not vouched for:
+                  train/guard.py)
     run           packet.run_id is this swarm's run
     sender        packet.sender equals the authenticated libp2p peer we fetched it from
     tokenizer     same tokenizer fingerprint as ours, else its token ids mean nothing to us
@@ -97,6 +100,28 @@ class Admission:
         self.duplicates = 0  # peers' groups equal to one of ours dropped (horizontal mode), since the last take_stats
         self.base = prompt_base(scorer.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
         self.own: OrderedDict[bytes, None] = OrderedDict()  # content hashes of groups we offered, newest last
+        self.distrusted: dict[str, int] = {}  # peer -> the round from which its packets are admitted again
+        self.locked_until, self.vouched = 0, frozenset()  # before that round only `vouched` peers are admitted
+
+    def distrust(self, until: dict[str, int], locked_until: int = 0, vouched: frozenset[str] = frozenset()) -> None:
+        """Admit no packet of the peers of `until` before their rounds, and, if `locked_until` is
+        later than a lockdown in force, none of a peer outside `vouched` before it. A ban that
+        ends later is never shortened."""
+        for peer, end in until.items():
+            self.distrusted[peer] = max(end, self.distrusted.get(peer, 0))
+        if locked_until > self.locked_until:
+            self.locked_until, self.vouched = locked_until, frozenset(vouched)
+
+    def refuses(self, peer: str, round_index: int) -> str | None:
+        """Why every packet of `peer` is refused in `round_index` (`distrusted`, `lockdown`), or None."""
+        if self.distrusted.get(peer, 0) > round_index:
+            return "distrusted"
+        return "lockdown" if round_index < self.locked_until and peer not in self.vouched else None
+
+    def distrusted_at(self, round_index: int) -> int:
+        """How many peers are distrusted in `round_index` (forgets the bans that ended)."""
+        self.distrusted = {p: end for p, end in self.distrusted.items() if end > round_index}
+        return len(self.distrusted)
 
     def remember_own(self, groups: list) -> None:
         """Our own groups of a round (before they are offered), so their echoes are refused: as
@@ -153,6 +178,9 @@ class Admission:
         expect = self.expect
         if expect.trusted_peers and item.peer_id not in expect.trusted_peers:
             raise Rejected("untrusted_peer", item.peer_id)
+        refused = self.refuses(item.peer_id, round_index)
+        if refused:
+            raise Rejected(refused, f"{item.peer_id}: the guard refuses its packets for now (train/guard.py)")
         try:
             packet = decode(item.data, vocab_size=self.scorer.vocab_size)
         except PacketError as e:

@@ -64,6 +64,8 @@ class Gate(Protocol):
 
     def take_stats(self) -> dict: ...  # this round's counters, reset
 
+    def refuses(self, peer: str, round_index: int) -> str | None: ...  # every packet of `peer` is refused now: why
+
 
 class Exchange:
     """The node's side of the swarm: a transport plus this node's identity strings and settings."""
@@ -107,9 +109,11 @@ class Exchange:
             if t_fair is None and 0 < s.min_peers <= len(have):  # min_peers 0: one pass, as asked
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
             if t_fair is None:
+                if self._only_refused(gate, round_index):
+                    t_end = min(t_end, time.monotonic())  # one pass: the packets already here, nothing waited for
                 got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
             else:
-                wait_for = self._fair_wait_for(oldest, newest) - heard
+                wait_for = {p for p in self._fair_wait_for(oldest, newest) - heard if not gate.refuses(p, round_index)}
                 if not wait_for or time.monotonic() >= t_fair:
                     break
                 fair_for |= wait_for
@@ -191,6 +195,12 @@ class Exchange:
         return {p for p, info in producers.items() if p in scores and scores[p]["rounds_idle"] < FAIR_ROUNDS
                 and (scores[p]["credits"] > 0 or p not in self.refused_at
                      and any(oldest <= o[0] <= newest for o in info.offers))}
+
+    def _only_refused(self, gate: Gate, round_index: int) -> bool:
+        """Every producer we know is refused whatever it sends (train/guard.py): waiting for packets
+        we would refuse would cost each round the whole deadline."""
+        producers = [p.peer_id for p in self.transport.peers() if p.produces]
+        return bool(producers) and all(gate.refuses(p, round_index) for p in producers)
 
     def _note_refusals(self, waited_in_vain: set[str], round_index: int) -> None:
         """Remember the neighbours a fair wait this round ran out on; forget refusals older than

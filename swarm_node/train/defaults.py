@@ -18,6 +18,8 @@ model on GSM8K. So:
     rollout.max_new_tokens   the task's natural completion length (arith: digits + 10 characters, or
                              4 digits + 16 BPE tokens for a real model's `a + b = c` line; gsm8k: 256)
     task.eval_limit          the task's evaluation size (200; math500: all 500)
+    swarm.guard_every        5 in an open swarm (no trusted_peers), 0 with trusted peers (train/guard.py)
+    swarm.guard_examples     500 for tiny presets (0.2 s a check on a 2-core CPU), 200 for real models
 
 `resolve` returns the completed config and one line per chosen value with its reason; the node
 logs them first thing, and the resolved config is what `config.yaml` and checkpoints record.
@@ -33,6 +35,7 @@ from swarm_node.train.presets import PRESETS
 TINY_LR, TINY_SMALL_BATCH_LR, REAL_LR = 1e-4, 2e-5, 1e-6
 TINY_PROMPTS, REAL_PROMPTS = 16, 2
 TINY_WARMSTART_STEPS = 900
+GUARD_EVERY, TINY_GUARD_EXAMPLES, REAL_GUARD_EXAMPLES = 5, 500, 200
 
 
 def _replace(cfg: NodeConfig, section: str, **values) -> NodeConfig:
@@ -88,4 +91,14 @@ def resolve(cfg: NodeConfig, task) -> tuple[NodeConfig, list[str]]:
     if cfg.task.eval_limit is None:
         cfg = _replace(cfg, "task", eval_limit=task.eval_limit)
         chosen.append(f"task.eval_limit = {task.eval_limit} ({task.name}'s evaluation size)")
+    if cfg.swarm.guard_every is None:
+        every = 0 if cfg.swarm.trusted_peers else GUARD_EVERY
+        cfg = _replace(cfg, "swarm", guard_every=every)
+        chosen.append(f"swarm.guard_every = {every} (" + ("every peer is trusted" if every == 0 else "an open swarm") + ")")
+    if cfg.swarm.guard_examples is None:
+        tiny = cfg.model.name in PRESETS
+        n = TINY_GUARD_EXAMPLES if tiny else REAL_GUARD_EXAMPLES
+        cfg = _replace(cfg, "swarm", guard_examples=n)
+        chosen.append(f"swarm.guard_examples = {n} (" + ("a tiny preset answers 500 in a fraction of a second"
+                                                        if tiny else "what a real model answers in a check's time") + ")")
     return cfg, chosen

@@ -21,12 +21,20 @@ def held_out(task: Task, limit: int, split: str = "test") -> list[Example]:
     return [examples[i] for i in range(n)]
 
 
-def pass_at_1(sampler: Sampler, policy: Policy, task: Task, examples: list[Example], max_new_tokens: int,
-              batch_size: int = 64) -> dict[str, float]:
-    """Greedy pass@1 of `sampler`'s model on `examples` (`policy` tokenizes): {"accuracy", "n", "seconds"}."""
-    start, solved = time.perf_counter(), 0
+def solved(sampler: Sampler, policy: Policy, task: Task, examples: list[Example], max_new_tokens: int,
+           batch_size: int = 64) -> list[bool]:
+    """Per example: the greedy answer of `sampler`'s model scores 1 (`policy` tokenizes)."""
+    out = []
     for s in range(0, len(examples), batch_size):
         batch = examples[s:s + batch_size]
         samples = sampler.greedy([prompt_tokens(policy, task, ex) for ex in batch], max_new_tokens)
-        solved += sum(task.reward(policy.decode(sample.tokens), ex) == 1.0 for sample, ex in zip(samples, batch))
-    return {"accuracy": solved / max(len(examples), 1), "n": len(examples), "seconds": time.perf_counter() - start}
+        out += [task.reward(policy.decode(sample.tokens), ex) == 1.0 for sample, ex in zip(samples, batch)]
+    return out
+
+
+def pass_at_1(sampler: Sampler, policy: Policy, task: Task, examples: list[Example], max_new_tokens: int,
+              batch_size: int = 64) -> dict[str, float]:
+    """Greedy pass@1 of `sampler`'s model on `examples` (`policy` tokenizes): {"accuracy", "n", "seconds"}."""
+    start = time.perf_counter()
+    right = sum(solved(sampler, policy, task, examples, max_new_tokens, batch_size))
+    return {"accuracy": right / max(len(examples), 1), "n": len(examples), "seconds": time.perf_counter() - start}
