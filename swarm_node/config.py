@@ -243,13 +243,13 @@ class SwarmConfig:
     trusted_peers: list[str] = field(default_factory=list)
     """If non-empty, train only on packets from these peer ids (private swarms); others are rejected."""
     guard_every: int | None = None
-    """Every this many rounds (and after the last) compare the model with a copy trained on our own groups only, on a private train slice; if peers made it measurably worse, go back to the copy and stop training on them for a while (train/guard.py). None = 5 in an open swarm, 0 (off) with trusted_peers."""
+    """Every this many rounds (and after the last) compare the model with a copy trained on our own groups only, on train examples no peer knows; if peers made it measurably worse, go back to the copy and train only on vouched peers for a while (train/guard.py). None = 5 in an open swarm, 0 (off) with trusted_peers."""
     guard_examples: int | None = None
-    """Size of the guard's private slice: train examples drawn with a secret seed (train.seed's if set). None = 500 for tiny presets, 200 for real models."""
+    """Train examples each model answers per guard check, drawn afresh from a secret random stream. None = 500 for tiny presets, 200 for real models."""
     guard_margin: float = 0.02
     """Smallest pass@1 gap on the slice that counts for the guard, besides two standard deviations of the paired difference."""
     guard_ban_rounds: int = 20
-    """Rounds a peer blamed by the guard is not trained on; doubled at each further offence."""
+    """Rounds a new peer blamed by the guard is not trained on, and of the guard's lockdown; doubled on repeat."""
     fetch_timeout_s: float = 10.0
     """A stalled peer costs at most this per packet fetch."""
     linger_s: float = 5.0

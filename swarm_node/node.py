@@ -35,7 +35,7 @@ from swarm_node.train.batch import TrainBatch
 from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from swarm_node.train.defaults import resolve as resolve_defaults
 from swarm_node.train.evaluate import held_out, pass_at_1
-from swarm_node.train.guard import Guard, private_slice
+from swarm_node.train.guard import Guard
 from swarm_node.train.models import plan_node_memory
 from swarm_node.train.policy import Policy
 from swarm_node.train.rollout import (OWN, RolloutBuffer, combine, draws_key, group_stats, has_signal, prompt_tokens,
@@ -139,8 +139,7 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
         parts.admission = Admission(expect, policy.scorer(task))
         if cfg.swarm.guard_every:
             shadow = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature)
-            parts.guard = Guard(trainer, shadow, task, private_slice(task, cfg.swarm.guard_examples, cfg.train.seed),
-                                cfg.rollout.max_new_tokens, cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
+            parts.guard = Guard(trainer, shadow, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens, cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
     return parts
 
 
@@ -248,11 +247,13 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
 
                 # ---------------------------------------------------------------- guard
                 if guard is not None:  # a copy learns from the same own groups; peers must not leave us behind it
-                    guard.step(batch, taught_by=useful - trusted)
+                    taught = {s for s, signal in zip(sources, batch.in_signal_group().tolist()) if signal} - {OWN} - trusted
+                    seconds = guard.step(batch, taught_by=taught)  # in horizontal mode too, where groups merge
                     if _due(r, cfg.swarm.guard_every, last):
-                        verdict = guard.check(r)
+                        verdict = guard.check(r, last=r == last)
                         admission.distrust(verdict.distrusted, verdict.locked_until, verdict.admitted)
                         row.update(verdict.stats)
+                    row[M.TIME_GUARD] = row.get(M.TIME_GUARD, 0.0) + seconds
                     row[M.GUARD_DISTRUSTED] = admission.distrusted_at(r)
                     row[M.GUARD_LOCKDOWN] = max(0, admission.locked_until - r)
 

@@ -251,3 +251,6 @@ def test_in_a_lockdown_only_vouched_peers_are_admitted_until_it_ends(setup):
     friendly = Received("QmFriend", ROUND, "sha256:" + "4" * 64, _packet(groups, expect, sender="QmFriend"))
     assert gate.check(friendly, ROUND).sender == "QmFriend"
     assert gate.refuses(PEER, ROUND + 1) is None
+    private = Admission(Expectations(**{**expect.__dict__, "trusted_peers": frozenset({PEER})}), policy.scorer(task))
+    private.distrust({PEER: ROUND + 9}, locked_until=ROUND + 9)
+    assert private.refuses(PEER, ROUND) is None  # a trusted peer is never refused

@@ -49,3 +49,9 @@ def test_the_batch_scores_as_token_lists_do(tiny_policy):
         ref, mask = tiny_policy.token_logprobs([[5, 6], [5, 6]], [[7, 8, 9], [7]], 0.7, chunk=2)
     assert torch.equal(mask, batch.mask) and torch.allclose(logp, ref, atol=1e-6)
     assert (logp[1, 1:] == 0).all()  # padding scores 0
+
+
+def test_in_signal_group_marks_the_rows_of_groups_whose_rewards_differ():
+    batch = TrainBatch.from_groups(_groups(), P)
+    assert batch.in_signal_group().tolist() == [True, True, False]  # group 2 has one completion: no spread
+    assert TrainBatch.from_groups([], P).in_signal_group().tolist() == []

@@ -113,7 +113,10 @@ class Admission:
             self.locked_until, self.vouched = locked_until, frozenset(vouched)
 
     def refuses(self, peer: str, round_index: int) -> str | None:
-        """Why every packet of `peer` is refused in `round_index` (`distrusted`, `lockdown`), or None."""
+        """Why every packet of `peer` is refused in `round_index` (`distrusted`, `lockdown`), or None
+        (never for a peer of `swarm.trusted_peers`)."""
+        if peer in self.expect.trusted_peers:
+            return None
         if self.distrusted.get(peer, 0) > round_index:
             return "distrusted"
         return "lockdown" if round_index < self.locked_until and peer not in self.vouched else None

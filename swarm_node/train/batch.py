@@ -82,6 +82,13 @@ class TrainBatch:
         """Completion lengths |a_i|, [N] long."""
         return self.mask.sum(-1).long()  # [N]
 
+    def in_signal_group(self) -> Tensor:
+        """[N] bool: the row's group holds rewards that differ (only such a group has advantages)."""
+        lo = torch.full((int(self.group.max()) + 1 if len(self) else 0,), float("inf")).scatter_reduce(
+            0, self.group, self.rewards, "amin")  # [G]
+        hi = torch.full_like(lo, -float("inf")).scatter_reduce(0, self.group, self.rewards, "amax")  # [G]
+        return (hi > lo)[self.group]  # [N]
+
     def rows(self, index: Tensor) -> TrainBatch:
         """The rows `index` [b] (not empty), trimmed to their longest sequence and completion."""
         width = int(self.attention[index].sum(-1).max())

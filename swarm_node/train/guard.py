@@ -8,33 +8,38 @@ measures what the peers' data did instead, against a reference no peer touches:
     mixed   the trained weights: own groups + peers' groups (what the node samples with and offers)
     alone   a copy trained on the same rounds' own groups only (same objective, its own optimizer)
 
-Every `swarm.guard_every` rounds (and after the last) both answer a private slice of the train
-split greedily (`swarm.guard_examples` examples drawn with a secret seed, or `train.seed`'s: no
-peer knows which). With n examples, b = solved by alone only, c = solved by mixed only (a paired
-comparison: McNemar's discordant pairs), and the bar max(guard_margin * n, 2 sqrt(b + c)) (two
-standard deviations of b - c when the two are equally good), in 2 of the last 3 checks (the gap
-of two equally good models swings past the bar now and then, measured: -0.14 to +0.13 within one
-honest run of 100 rounds; a harm persists, though un-taught models swing too: a poisoned run's gap
-read 0.09, 0.04, 0.11, 0.03, 0.13 against a bar of 0.05, never twice in a row):
+Every `swarm.guard_every` rounds (and after the last) both answer `swarm.guard_examples` train
+examples greedily, drawn afresh for each check from a secret random stream (no peer can know them,
+nor answer them specially). Per check b = solved by alone only, c = solved by mixed only (McNemar's
+discordant pairs); over the last 3 checks since the last verdict B = sum b, C = sum c, N examples,
+and the bar max(guard_margin * N, 2 sqrt(B + C)) (two standard deviations of B - C when the two
+are equally good). A verdict needs at least 2 checks (the gap of two equally good models swings:
+-0.14 to +0.13 within one honest run of 100 rounds), except after the last round:
 
-    b - c > bar   harm: mixed <- alone (weights and optimizer state); every untrusted peer whose
-                  groups with signal were trained on since the two last agreed is distrusted
-                  (no packet of it admitted, nobody waits for it) for guard_ban_rounds, doubled
-                  at each offence, except a vouched one: it is forgiven once and loses the
-                  vouching; and for as long (doubled at each harm) only vouched and forgiven
-                  peers teach (a lockdown): ids are free, and 64 Sybil ids would otherwise take
-                  turns, each new batch of them un-teaching the node again until the next verdict
-    c - b > bar   help: alone <- mixed (the reference moves up only by a measured gain); the
-                  peers that taught mixed since the two last agreed are vouched for
+    B - C > bar   harm: mixed <- alone (weights and optimizer state). The untrusted peers that
+                  taught mixed (a group with signal) since the last verdict and had not taught
+                  before it are distrusted (no packet admitted, nobody waits for them) for
+                  guard_ban_rounds, doubled per offence: new ids are free, so a ban is cheap for
+                  them and costs an established honest peer nothing. And a lockdown: for
+                  guard_ban_rounds, doubled per harm in the last 200 rounds (at most 8x), only
+                  vouched peers teach (64 Sybil ids would otherwise take turns, each new batch
+                  un-teaching the node until the next verdict); a vouched peer that taught in
+                  the bad window stays admitted this once and loses its vouching
+    C - B > bar   help: alone <- mixed (the reference moves up only by a measured gain); the
+                  peers that taught in at least half the rounds since the last verdict are vouched for
     otherwise     nothing
 
-The bound, in plain words: the node is never, in 2 of 3 checks in a row, more than the bar behind a
-copy of itself that learned from its own groups only, on a slice no peer knows; a peer (or any
-number of Sybil ids) can cost it at most that plus what the rounds of two checks taught, and its
-ids are not trained on again, for longer each time. What it cannot stop: harm smaller than
-the bar, and a bad window costs the honest peers trained on in it their turn (collateral: the node
-then learns alone until their bans end). Cost: a second copy of the trainable weights and optimizer
-state, a second training step on the own groups each round, and 2 n greedy answers per check.
+The bound, in plain words: at every check after the second since the last verdict, and after the
+last round, the node is at most the bar behind a copy of itself that learned from its own groups
+only, over the last 3 checks' examples (N = 1,500 for a tiny preset: the bar is about 2-3 points
+when the two disagree on 10-15 % of them); any number of peers and Sybil ids can cost it at most
+that, plus what the rounds since the previous check taught, and each harm buys them a longer
+lockdown. What it cannot stop: harm below the bar; a bad window also locks honest peers out that
+were not vouched for (the node then learns alone until the lockdown ends). Not kept across a
+restart: the reference starts again from the weights resumed, bans and vouching are forgotten.
+Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
+parameter; not in the memory plan), a second training step on the own groups each round
+(`time/guard_s`), and 2 x guard_examples greedy answers per check, through the HF sampler.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -57,14 +63,14 @@ from swarm_node.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 Z = 2.0  # standard deviations of the paired difference a verdict needs
-CONFIRM, WINDOW = 2, 3  # a verdict needs 2 of the last 3 checks: the gap swings between checks, a harm persists
-MAX_BAN_ROUNDS = 10_000  # a ban doubles per offence up to this
+WINDOW, CONFIRM = 3, 2  # checks pooled, checks a verdict needs (1 after the last round)
+MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
+LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
 
 
-def private_slice(task: Task, n: int, seed: int | None) -> list[Example]:
-    """`n` train examples drawn with `seed` (None: a secret one, never logged)."""
+def fresh_slice(task: Task, n: int, rng: random.Random) -> list[Example]:
+    """`n` distinct train examples drawn with `rng`."""
     train = task.split("train")
-    rng = random.Random(seed if seed is not None else random.SystemRandom().getrandbits(64))
     return [train[i] for i in rng.sample(range(len(train)), min(n, len(train)))]
 
 
@@ -82,23 +88,31 @@ class Verdict:
 class Guard:
     """The alone reference and its verdicts; `step` after every training step, `check` when due."""
 
-    def __init__(self, trainer: Trainer, shadow: Trainer, task: Task, examples: list[Example], max_new_tokens: int,
+    def __init__(self, trainer: Trainer, shadow: Trainer, task: Task, examples: int, max_new_tokens: int,
                  margin: float, ban_rounds: int):
-        """`trainer`: the mixed weights' (its policy holds them); `shadow`: a second Trainer of the same policy."""
-        self.policy, self.trainer, self.shadow, self.task, self.examples = trainer.policy, trainer, shadow, task, examples
-        self.max_new_tokens, self.margin, self.ban_rounds = max_new_tokens, margin, ban_rounds
+        """`trainer`: the mixed weights' (its policy holds them); `shadow`: a second Trainer of the same
+        policy; `examples`: answered by each model per check."""
+        self.policy, self.trainer, self.shadow, self.task = trainer.policy, trainer, shadow, task
+        self.examples, self.max_new_tokens, self.margin, self.ban_rounds = examples, max_new_tokens, margin, ban_rounds
         self.params = self.policy.trainable_parameters()
         self.alone = [p.detach().clone() for p in self.params]  # the reference's weights while not swapped in
         self.sampler = HFSampler(self.policy)  # both models answer through the same code (a vLLM node's too)
-        self.since_agreed: set[str] = set()  # untrusted peers that taught mixed since alone last equalled it
-        self.offences: dict[str, int] = {}
-        self.vouched: set[str] = set()  # untrusted peers that taught mixed through a measured gain, never blamed since
-        self.recent: list[int] = []  # the last WINDOW checks' verdicts since the last one acted on: 1, -1 or 0
+        self.rng = random.Random(random.SystemRandom().getrandbits(64))  # the slices: secret, never logged
+        self.taught: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last verdict
+        self.rounds = 0  # rounds since the last verdict
+        self.known: set[str] = set()  # peers that taught before the last verdict
+        self.offences: Counter[str] = Counter()
+        self.vouched: set[str] = set()  # taught through a measured gain, not in a harmful window since
+        self.recent: list[tuple[int, int, int]] = []  # (b, c, n) of the last WINDOW checks since the last verdict
+        self.harms: list[int] = []  # rounds of the harms found
         self.resets = 0
 
-    def step(self, batch: TrainBatch, taught_by: set[str]) -> None:
-        """Train alone on the own rows of `batch`; `taught_by`: untrusted peers with a group of signal in it."""
-        self.since_agreed |= taught_by
+    def step(self, batch: TrainBatch, taught_by: set[str]) -> float:
+        """Train alone on the own rows of `batch`; `taught_by`: untrusted peers with a row of a group
+        with signal in it. Returns the seconds taken."""
+        start = time.perf_counter()
+        self.taught.update(taught_by)
+        self.rounds += 1
         own = batch.own.nonzero().flatten()  # [k]
         if len(own):
             self._swap()
@@ -106,49 +120,55 @@ class Guard:
                 self.shadow.step(batch.rows(own))
             finally:
                 self._swap()
+        return time.perf_counter() - start
 
-    def check(self, round_index: int) -> Verdict:
-        """Compare mixed with alone on the slice, act on a confirmed verdict (module docstring)."""
+    def check(self, round_index: int, last: bool = False) -> Verdict:
+        """Compare mixed with alone on a fresh slice, act on a verdict (module docstring); `last`:
+        after the run's last round, when one check is enough."""
         start = time.perf_counter()
-        mixed = self._solved()  # [n]
+        examples = fresh_slice(self.task, self.examples, self.rng)
+        mixed = self._solved(examples)  # [n]
         self._swap()
         try:
-            alone = self._solved()  # [n]
+            alone = self._solved(examples)  # [n]
         finally:
             self._swap()
-        b, c = int((alone & ~mixed).sum()), int((mixed & ~alone).sum())
-        bar = max(self.margin * len(self.examples), Z * math.sqrt(b + c))
-        self.recent = [*self.recent, int(b - c > bar) - int(c - b > bar)][-WINDOW:]  # 1: alone ahead, -1: mixed
+        self.recent = [*self.recent, (int((alone & ~mixed).sum()), int((mixed & ~alone).sum()), len(examples))][-WINDOW:]
+        B, C, N = (sum(x) for x in zip(*self.recent))
+        bar = max(self.margin * N, Z * math.sqrt(B + C))
+        ready = len(self.recent) >= (1 if last else CONFIRM)
         verdict = Verdict({})
-        if self.recent.count(1) >= CONFIRM:
-            self._copy(self.alone, self.params, self.shadow.optimizer, into=self.trainer.optimizer)
-            self.trainer.policy_version += 1  # new weights: the sampler syncs, packets say so
-            forgiven = self.since_agreed & self.vouched  # once: they lose the vouching instead
-            for peer in sorted(self.since_agreed - forgiven):
-                self.offences[peer] = self.offences.get(peer, 0) + 1
-                verdict.distrusted[peer] = round_index + self._ban(self.offences[peer])
-            self.vouched -= self.since_agreed
-            self.resets += 1
-            verdict.locked_until, verdict.admitted = round_index + self._ban(self.resets), frozenset(self.vouched | forgiven)
-            log.warning("guard: peers' data made this node worse on its private slice (alone solves %d more of %d, "
-                        "bar %.1f, in %d of the last %d checks): back to the weights trained on our own groups; not "
-                        "training on %d peer(s) for a while (%s), nor on any but %d vouched for until round %d",
-                        b - c, len(self.examples), bar, CONFIRM, WINDOW, len(verdict.distrusted),
+        if ready and B - C > bar:
+            self._harm(round_index, verdict)
+            log.warning("guard: peers' data made this node worse (over %d fresh examples alone solves %d more, bar "
+                        "%.1f): back to the weights trained on our own groups; %d new peer(s) distrusted %s; only %d "
+                        "vouched for teach until round %d", N, B - C, bar, len(verdict.distrusted),
                         sorted(verdict.distrusted), len(verdict.admitted), verdict.locked_until)
-        elif self.recent.count(-1) >= CONFIRM:
+        elif ready and C - B > bar:
             self._copy(self.params, self.alone, self.trainer.optimizer, into=self.shadow.optimizer)
-            self.vouched |= self.since_agreed
-        if max(self.recent.count(1), self.recent.count(-1)) >= CONFIRM:
-            self.since_agreed, self.recent = set(), []
-        n = max(len(self.examples), 1)
-        verdict.stats.update({M.GUARD_MIXED: float(mixed.sum()) / n, M.GUARD_ALONE: float(alone.sum()) / n,
-                              M.GUARD_GAP: (b - c) / n, M.GUARD_BAR: bar / n, M.GUARD_RESETS: self.resets,
+            self.vouched |= {p for p, n in self.taught.items() if 2 * n >= self.rounds}
+        if ready and abs(B - C) > bar:
+            self.known |= self.taught.keys()
+            self.taught, self.rounds, self.recent = Counter(), 0, []
+        verdict.stats.update({M.GUARD_MIXED: float(mixed.float().mean()), M.GUARD_ALONE: float(alone.float().mean()),
+                              M.GUARD_GAP: (B - C) / N, M.GUARD_BAR: bar / N, M.GUARD_RESETS: self.resets,
                               M.TIME_GUARD: time.perf_counter() - start})
         return verdict
 
-    def _ban(self, offences: int) -> int:
-        """Rounds of a ban (or a lockdown) after `offences` offences: guard_ban_rounds, doubled each time."""
-        return min(self.ban_rounds * 2 ** (offences - 1), MAX_BAN_ROUNDS)
+    def _harm(self, round_index: int, verdict: Verdict) -> None:
+        """Back to alone; distrust the new teachers; a lockdown for all but the vouched."""
+        self._copy(self.alone, self.params, self.shadow.optimizer, into=self.trainer.optimizer)
+        self.trainer.policy_version += 1  # new weights: the sampler syncs, packets say so
+        taught = set(self.taught)
+        for peer in sorted(taught - self.known - self.vouched):
+            self.offences[peer] += 1
+            verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
+        forgiven = taught & self.vouched  # this once
+        self.vouched -= taught
+        self.resets += 1
+        self.harms = [r for r in self.harms if round_index - r < LOCKDOWN_MEMORY] + [round_index]
+        doublings = min(len(self.harms) - 1, MAX_LOCKDOWN_DOUBLINGS)
+        verdict.locked_until, verdict.admitted = round_index + self.ban_rounds * 2 ** doublings, frozenset(self.vouched | forgiven)
 
     @torch.no_grad()
     def _copy(self, source: list[torch.Tensor], target: list[torch.Tensor], source_opt: torch.optim.Optimizer,
@@ -163,6 +183,6 @@ class Guard:
         for i, p in enumerate(self.params):
             self.alone[i], p.data = p.data, self.alone[i]
 
-    def _solved(self) -> torch.Tensor:
-        """[n] bool: the greedy answer of the weights in place scores 1 on each slice example."""
-        return torch.tensor(solved(self.sampler, self.policy, self.task, self.examples, self.max_new_tokens))
+    def _solved(self, examples: list[Example]) -> torch.Tensor:
+        """[n] bool: the greedy answer of the weights in place scores 1 on each example."""
+        return torch.tensor(solved(self.sampler, self.policy, self.task, examples, self.max_new_tokens))
