@@ -246,7 +246,7 @@ class SwarmConfig:
     """Every this many rounds (and after the last) compare the model with a copy trained on our own groups only, on train examples no peer knows; if peers made it measurably worse, go back to the copy and train only on vouched peers for a while (train/guard.py). None = 5 in an open swarm, 0 (off) with trusted_peers."""
     guard_examples: int | None = None
     """Train examples each model answers per guard check, drawn afresh from a secret random stream. None = 500 for tiny presets, 200 for real models."""
-    guard_margin: float = 0.02
+    guard_margin: float = 0.04
     """Smallest pass@1 gap on the slice that counts for the guard, besides two standard deviations of the paired difference."""
     guard_ban_rounds: int = 20
     """Rounds a new peer blamed by the guard is not trained on, and of the guard's lockdown; doubled on repeat."""

@@ -200,15 +200,15 @@ def test_a_new_neighbour_that_refuses_a_fetch_or_lets_a_fair_wait_run_out_is_not
 class RefuseDistrusted(AdmitAll):
     """Admits every packet but those of the peers it distrusts (as Admission does after the guard's verdict)."""
 
-    def __init__(self, distrusted, refused=()):
-        self.distrusted, self.refused = set(distrusted), set(distrusted) | set(refused)
+    def __init__(self, distrusted, refused=(), reason="distrusted"):
+        self.distrusted, self.refused, self.reason = set(distrusted), set(distrusted) | set(refused), reason
 
     def refuses(self, peer, round_index):
-        return "distrusted" if peer in self.distrusted else None
+        return self.reason if peer in self.distrusted else None
 
     def check(self, item, round_index):
         if item.peer_id in self.refused:
-            raise Rejected("distrusted", item.peer_id)
+            raise Rejected(self.reason, item.peer_id)
         return super().check(item, round_index)
 
 
@@ -232,6 +232,15 @@ def test_nobody_waits_for_a_distrusted_peer_but_another_producer_is_still_waited
     assert accepted == [] and seconds >= 2.9, seconds
     accepted, refused, seconds = run(["QmNewBanned", "QmSlow"], [["QmNewBanned"], ["QmSlow"]], distrusted={"QmNewBanned"})
     assert accepted == ["QmSlow"] and refused == 1
+
+
+def test_a_peer_refused_by_a_lockdown_keeps_its_link_and_a_distrusted_one_does_not():
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=1"])
+    for reason, alive in (("lockdown", ["QmPeer"]), ("distrusted", [])):
+        transport = PacedTransport(["QmPeer"], set())
+        transport.batches = [[Received("QmPeer", 5, "sha256:p", b"p")]]
+        Exchange(transport, cfg.swarm, "m", "t").collect(5, RefuseDistrusted({"QmPeer"}, reason=reason))
+        assert transport.alive == alive and transport.credited == [], reason
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():

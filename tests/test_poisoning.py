@@ -21,6 +21,7 @@ with the paper's objective nothing is dropped and it keeps its slot for all 100 
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,33 @@ def test_a_junk_poisoner_cannot_unteach_a_node(tmp_path, procs):
         else:
             # held-out pass@1 on n = 200 has a standard error of ~0.03; the paper arm ended at 0.01
             assert end >= start - 0.03, (start, end)
+
+
+def test_delivering_sybils_that_skew_a_node_are_undone_by_the_guard(tmp_path, procs):
+    """6 Sybil ids of one process join V before the honest peer and deliver `skew` packets
+    (swarm_node/harness/poison_kinds.py: verified-correct, plausible answers, only for prompts whose
+    answer ends in 0; issue 27). Without the guard they held V's peer slots and V ended below its
+    warm start in most such trials on an Intel Xeon (docs/RELIABILITY.md, "The same Sybils on an
+    Intel Xeon"). The guard (train/guard.py) finds that V fell behind its copy trained on its own
+    groups, puts V back on that copy and locks the ids out."""
+    rounds, run, model = 60, "guard-skew", public_warm_start(VICTIM_WARMSTART_STEPS)
+    v = procs(NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", "train.seed=0"], tmp_path / "victim"))
+    evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", "skew", "--ids", "6",
+                              "--peers", v.address(), "--run-id", run, "--model", model, "--groups", "16",
+                              "--seconds", "900"]))
+    evil.wait_line("ATTACKER", 300)
+    time.sleep(5)  # they take V's slots first
+    h = procs(NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", "train.seed=1",
+                                "--peers", v.address()], tmp_path / "honest"))
+    for node in (v, h):
+        assert node.wait(900) == 0, node.text()
+    evil.popen.terminate()
+    rows = v.rows()
+    resets = max(r.get("guard/resets", 0) for r in rows)
+    refused = sum(r.get("swarm/rejected/lockdown", 0) + r.get("swarm/rejected/distrusted", 0) for r in rows)
+    start, end = rows[0]["eval/accuracy"], rows[-1]["eval/accuracy"]
+    checks = [(r["round"], round(r["guard/gap"], 3), round(r["guard/bar"], 3)) for r in rows if "guard/gap" in r]
+    print(f"\nguard against 6 skew Sybils: V {start:.3f} -> {end:.3f}, {resets} reset(s), {refused} packets refused; "
+          f"checks (round, gap, bar): {checks}")
+    assert resets >= 1 and refused > 0, checks
+    assert end >= start, (start, end, checks)

@@ -225,6 +225,8 @@ class Exchange:
             log.warning("rejected packet %s from %s: %s", item.digest[:19], item.peer_id, e)
             if e.reason == "sender_mismatch":  # maybe another peer's genuine packet: get it from its sender
                 self.transport.distrust(item.peer_id, item.digest)
+            elif e.reason == "lockdown":  # not its misbehaviour (train/guard.py): it keeps its link, idle or not
+                self.transport.credit(item.peer_id, useful=False, taken=False)
         except Exception:  # a bug reached by a peer's bytes must not take the node down
             rejected["internal_error"] += 1
             log.exception("error while checking packet %s from %s; dropped", item.digest[:19], item.peer_id)

@@ -31,12 +31,15 @@ are equally good). A verdict needs at least 2 checks (the gap of two equally goo
 
 The bound, in plain words: at every check after the second since the last verdict, and after the
 last round, the node is at most the bar behind a copy of itself that learned from its own groups
-only, over the last 3 checks' examples (N = 1,500 for a tiny preset: the bar is about 2-3 points
-when the two disagree on 10-15 % of them); any number of peers and Sybil ids can cost it at most
-that, plus what the rounds since the previous check taught, and each harm buys them a longer
-lockdown. What it cannot stop: harm below the bar; a bad window also locks honest peers out that
-were not vouched for (the node then learns alone until the lockdown ends). Not kept across a
-restart: the reference starts again from the weights resumed, bans and vouching are forgotten.
+only, over the last 3 checks' examples (N = 1,500 for a tiny preset: the bar is guard_margin, 4
+points, unless the two disagree on more than a sixth of them); any number of peers and Sybil ids
+can cost it at most that, plus what the rounds since the previous check taught, and each harm buys
+them a longer lockdown. The margin is wide because two equally good trajectories drift apart and
+back: with a 2-point margin, 2 of 3 honest runs of 100 rounds found harms (pooled gaps of 0.024 to
+0.072). What it cannot stop: harm below the bar; a bad window also locks honest peers out that were
+not vouched for (the node then learns alone until the lockdown ends; they keep their links). Not
+kept across a restart: the reference starts again from the weights resumed, bans and vouching are
+forgotten.
 Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
 parameter; not in the memory plan), a second training step on the own groups each round
 (`time/guard_s`), and 2 x guard_examples greedy answers per check, through the HF sampler.
