@@ -247,7 +247,7 @@ class SwarmConfig:
     guard_examples: int | None = None
     """Train examples each model answers per guard check, drawn afresh from a secret random stream. None = 500 for tiny presets, 200 for real models."""
     guard_margin: float = 0.04
-    """Smallest pass@1 gap on the slice that counts for the guard, besides two standard deviations of the paired difference."""
+    """Smallest pass@1 gap (alone minus mixed, over the last 3 checks' examples) the guard acts on, besides two standard deviations of the paired difference."""
     guard_ban_rounds: int = 20
     """Rounds a new peer blamed by the guard is not trained on, and of the guard's lockdown; doubled on repeat."""
     fetch_timeout_s: float = 10.0
