@@ -139,7 +139,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
         parts.admission = Admission(expect, policy.scorer(task))
         if cfg.swarm.guard_every:
             shadow = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature)
-            parts.guard = Guard(trainer, shadow, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens, cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
+            parts.guard = Guard(trainer, shadow, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
+                                cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
     return parts
 
 
@@ -238,10 +239,10 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 batch = TrainBatch.from_groups(groups, policy.pad_id, own=[s == OWN for s in sources],
                                                untrusted=[s != OWN and s not in trusted for s in sources])
                 row.update(trainer.step(batch))
-                useful = {x.source for x in rollouts if x.source != OWN and has_signal(x.group)}
                 if exchange is not None:  # the mesh keeps neighbours we took data from that did not misbehave
                     exchange.credit(accepted, set(sources) - {OWN},
-                                    implausible_only(sources, batch.rewards > 0, trainer.implausible), useful=useful,
+                                    implausible_only(sources, batch.rewards > 0, trainer.implausible),
+                                    useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)},
                                     teaching={peer for peer, packet in accepted if any(map(has_signal, packet.groups))},
                                     round_index=r)
 

@@ -53,6 +53,8 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -118,11 +120,8 @@ class Guard:
         self.rounds += 1
         own = batch.own.nonzero().flatten()  # [k]
         if len(own):
-            self._swap()
-            try:
+            with self._alone_in_place():
                 self.shadow.step(batch.rows(own))
-            finally:
-                self._swap()
         return time.perf_counter() - start
 
     def check(self, round_index: int, last: bool = False) -> Verdict:
@@ -131,11 +130,8 @@ class Guard:
         start = time.perf_counter()
         examples = fresh_slice(self.task, self.examples, self.rng)
         mixed = self._solved(examples)  # [n]
-        self._swap()
-        try:
+        with self._alone_in_place():
             alone = self._solved(examples)  # [n]
-        finally:
-            self._swap()
         self.recent = [*self.recent, (int((alone & ~mixed).sum()), int((mixed & ~alone).sum()), len(examples))][-WINDOW:]
         B, C, N = (sum(x) for x in zip(*self.recent))
         bar = max(self.margin * N, Z * math.sqrt(B + C))
@@ -181,8 +177,17 @@ class Guard:
             t.data.copy_(s.data)
         into.load_state_dict(copy.deepcopy(source_opt.state_dict()))
 
+    @contextmanager
+    def _alone_in_place(self) -> Iterator[None]:
+        """The reference's weights in the trainable parameters for the block, then the trained ones
+        again (the tensors are exchanged, not copied; what the block does to them stays the reference's)."""
+        self._swap()
+        try:
+            yield
+        finally:
+            self._swap()
+
     def _swap(self) -> None:
-        """Exchange the trainable parameters' data with the reference's (twice: back as before)."""
         for i, p in enumerate(self.params):
             self.alone[i], p.data = p.data, self.alone[i]
 
