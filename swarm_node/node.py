@@ -32,7 +32,7 @@ from swarm_node.swarm.exchange import Exchange
 from swarm_node.tasks import Task, load_task
 from swarm_node.tracking import check_trackers, open_tracker
 from swarm_node.train.batch import TrainBatch
-from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, load_extra, save_checkpoint
 from swarm_node.train.defaults import resolve as resolve_defaults
 from swarm_node.train.evaluate import held_out, pass_at_1
 from swarm_node.train.guard import Guard
@@ -108,7 +108,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
     parts = Parts(cfg, task, eval_task, held_out(eval_task, cfg.task.eval_limit), base, policy, sampler, trainer, first=0)
     status.update(model=cfg.model.name, params=sum(p.numel() for p in policy.model.parameters()),
                   trainable_params=sum(p.numel() for p in policy.trainable_parameters()))
-    check_memory(cfg, policy, len(prompt_tokens(policy, task, task.split("train")[0])))
+    check_memory(cfg, policy, len(prompt_tokens(policy, task, task.split("train")[0])),
+                 guard=connect is not None and cfg.swarm.guard_every > 0)
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, parts.trainer.optimizer)
         parts.first, parts.trainer.policy_version = state["round"] + 1, state["policy_version"]
@@ -138,10 +139,24 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
                               horizontal=cfg.swarm.mode == "horizontal")
         parts.admission = Admission(expect, policy.scorer(task))
         if cfg.swarm.guard_every:
-            shadow = Trainer(policy, cfg.train, cfg.loss, cfg.rollout.temperature)
-            parts.guard = Guard(trainer, shadow, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
-                                cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
+            parts.guard = build_guard(cfg, trainer, task, checkpoint, parts.admission)
     return parts
+
+
+def build_guard(cfg: NodeConfig, trainer: Trainer, task: Task, checkpoint: Path | None, admission: Admission) -> Guard:
+    """The guard, with the reference, bans and lockdown it had at `checkpoint` (when resuming)."""
+    shadow = Trainer(trainer.policy, cfg.train, cfg.loss, cfg.rollout.temperature)
+    guard = Guard(trainer, shadow, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
+                  cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
+    saved = load_extra(checkpoint, "guard") if checkpoint is not None else None
+    if saved is not None:
+        guard.load_state_dict(saved)
+        admission.distrust(guard.bans, guard.locked_until, guard.lockdown_admits)
+        log.info("guard resumed: %d reset(s) so far, %d ban(s), lockdown until round %d",
+                 guard.resets, len(guard.bans), guard.locked_until)
+    elif checkpoint is not None:
+        log.warning("the checkpoint has no guard state: the guard's reference starts from the resumed weights")
+    return guard
 
 
 def build_sampler(cfg: NodeConfig, policy: Policy) -> Sampler:
@@ -153,9 +168,9 @@ def build_sampler(cfg: NodeConfig, policy: Policy) -> Sampler:
     return HFSampler(policy) if kind == "hf" else VLLMSampler(policy, seed=cfg.train.seed or 0)
 
 
-def check_memory(cfg: NodeConfig, policy: Policy, prompt_len: int) -> None:
+def check_memory(cfg: NodeConfig, policy: Policy, prompt_len: int, guard: bool) -> None:
     """Say what the config needs against what the device has; checkpoint activations if that is what fits."""
-    fit = plan_node_memory(cfg, policy, prompt_len)
+    fit = plan_node_memory(cfg, policy, prompt_len, guard)
     log.log(logging.WARNING if fit.status != "ok" else logging.INFO, "memory: %s%s", fit.message,
             f" ({fit.remedy})" if fit.remedy else "")
     if fit.gradient_checkpointing and fit.status == "warn":
@@ -279,7 +294,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
             if r > 0 and _due(r, cfg.train.checkpoint_every, last):
                 save_checkpoint(out, policy, trainer.optimizer, {"round": r, "policy_version": trainer.policy_version,
                                                                   "base_model": p.base,
-                                                                  "plausibility_floors": trainer.first_floors}, cfg)
+                                                                  "plausibility_floors": trainer.first_floors}, cfg,
+                                extras={"guard": guard.state_dict()} if guard is not None else None)
         if cfg.task.ood_task:
             rows.append(evaluate_ood(cfg, sampler, policy, metrics))
             tracker.log(rows[-1], step=last)

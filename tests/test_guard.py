@@ -146,3 +146,49 @@ def test_small_harms_add_up_over_checks_and_a_measured_gain_moves_the_reference_
         verdict = guard.check(r)
     # the vouched peer is forgiven this once: it teaches in the lockdown, and loses its vouching
     assert verdict.distrusted == {"peer-new": 55} and verdict.admitted == {"peer-a"} and guard.vouched == set()
+
+
+def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_reference(tmp_path, tiny_policy, arith,
+                                                                                     monkeypatch):
+    """Resumed, a node's guard has the same reference, evidence, bans and lockdown; without them a
+    crash would make weights un-taught since the last verdict the new reference, and free every ban."""
+    from swarm_node.node import build_guard
+    from swarm_node.swarm.admit import Admission, Expectations
+    from swarm_node.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+    cfg = NodeConfig()
+    cfg.train.lr, cfg.swarm.guard_examples, cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds = 1e-2, 100, 0.02, 10
+    trainer, guard = _guard(tiny_policy, arith)
+    batch = _batch(tiny_policy, arith, own=2, peer=2)
+    trainer.step(batch)
+    guard.step(batch, taught_by={"peer-a"})
+    for r in (5, 10):
+        _answers(monkeypatch, mixed_right=30, alone_right=50)
+        guard.check(r)  # a harm at round 10: peer-a banned until 20, a lockdown until 20
+    trainer.step(batch)
+    guard.step(batch, taught_by={"peer-b"})  # evidence since the verdict: one round, one teacher
+    _answers(monkeypatch, mixed_right=30, alone_right=35)
+    guard.check(15)
+    save_checkpoint(tmp_path, tiny_policy, trainer.optimizer, {"round": 15, "policy_version": 2}, cfg,
+                    extras={"guard": guard.state_dict()})
+
+    path = latest_checkpoint(tmp_path)
+    resumed = Policy.load(ModelConfig(name=str(path / "model")))
+    trainer2 = Trainer(resumed, cfg.train, cfg.loss, 1.0)
+    load_checkpoint(path, trainer2.optimizer)
+    admission = Admission(Expectations(run_id="r", tokenizer="t", staleness=1), resumed.scorer(arith))
+    guard2 = build_guard(cfg, trainer2, arith, path, admission)
+    assert _equal(guard2.alone, guard.alone) and not _equal(guard2.alone, _weights(resumed))
+    moments = guard2.shadow.optimizer.state_dict()["state"][0]["exp_avg"]
+    assert torch.equal(moments, guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"])
+    assert (guard2.taught, guard2.rounds, guard2.known, guard2.recent) == ({"peer-b": 1}, 1, {"peer-a"}, [(5, 0, 100)])
+    assert (guard2.resets, guard2.harms, guard2.offences) == (1, [10], {"peer-a": 1})
+    assert admission.refuses("peer-a", 16) == "distrusted" and admission.refuses("peer-b", 16) == "lockdown"
+    assert admission.refuses("peer-b", 20) is None
+    # one more check pools with the one before the restart: the same verdict an unbroken run reaches
+    _answers(monkeypatch, mixed_right=30, alone_right=50)
+    assert guard2.check(20).distrusted == {"peer-b": 30}
+
+    fresh = build_guard(cfg, trainer2, arith, None, Admission(Expectations(run_id="r", tokenizer="t", staleness=1),
+                                                              resumed.scorer(arith)))
+    assert _equal(fresh.alone, _weights(resumed)) and fresh.resets == 0  # a new run: the reference is the start

@@ -338,6 +338,23 @@ def test_estimate_for_qwen25_3b():
     assert fit_memory(lora, 24 * 2**30).status in ("ok", "warn")
 
 
+def test_estimate_counts_the_guards_copy():
+    """An open-swarm node keeps a second copy of its trainable weights and AdamW states (train/guard.py)."""
+    d = QWEN25["Qwen2.5-3B"]
+    lora_n = lora_trainable_params(d, 128, ["q_proj", "v_proj"])
+    for plan, trainable in ((plan_precision("cuda", True), d.n_params), (plan_precision("cuda", False), lora_n)):
+        alone, guarded = (estimate_memory(d.n_params, trainable, d.hidden, d.layers, d.vocab, 12, 2, 512, 8, plan,
+                                          intermediate=d.intermediate, kv_dim=d.kv_dim, guard=g) for g in (False, True))
+        assert alone["guard"] == 0 and guarded["guard"] == 12 * trainable  # fp32 weights + exp_avg + exp_avg_sq
+        for peak in ("train_peak", "generate_peak", "total", "total_checkpointed"):
+            assert guarded[peak] == alone[peak] + 12 * trainable
+    # what it decides: a 3B full fine-tune fits an 80 GB card alone, not with the guard's copy; LoRA still does
+    assert fit_memory(alone, 24 * 2**30).status in ("ok", "warn") and fit_memory(guarded, 24 * 2**30).status in ("ok", "warn")
+    full = [estimate_memory(d.n_params, d.n_params, d.hidden, d.layers, d.vocab, 12, 2, 512, 8, plan_precision("cuda", True),
+                            intermediate=d.intermediate, kv_dim=d.kv_dim, guard=g) for g in (False, True)]
+    assert fit_memory(full[0], 80 * 2**30).status in ("ok", "warn") and fit_memory(full[1], 80 * 2**30).status == "fail"
+
+
 def test_fit_memory_thresholds():
     estimate = {"total": 10 * 2**30, "total_checkpointed": 5 * 2**30}
     assert fit_memory(estimate, 12 * 2**30).status == "ok"

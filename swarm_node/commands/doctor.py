@@ -214,10 +214,10 @@ def _memory_check(cfg, dims: ModelDims | None) -> Check:
         return Check("memory", "skip", "model size unknown without downloading its config")
     device_type, bf16, available, what = _device(cfg.model.device)
     prompt_tokens = 48 if cfg.task.name == "arith" else DEFAULT_PROMPT_TOKENS
-    e = estimate_for_config(cfg, dims, device_type, bf16, prompt_tokens)
+    e = estimate_for_config(cfg, dims, device_type, bf16, prompt_tokens, guard=cfg.swarm.guard_every > 0)
     fit = fit_memory(e, available, what)
     detail = (f"{e['precision']['note']}: weights {fmt_bytes(e['weights'])}, grads {fmt_bytes(e['grads'])}, "
-              f"AdamW {fmt_bytes(e['optimizer'])}, activations {fmt_bytes(e['activations'])} "
+              f"AdamW {fmt_bytes(e['optimizer'])}, guard {fmt_bytes(e['guard'])}, activations {fmt_bytes(e['activations'])} "
               f"({fmt_bytes(e['activations_checkpointed'])} checkpointed), logits {fmt_bytes(e['logits_chunk'])}, "
               f"KV cache {fmt_bytes(e['kv_cache'])}; {fit.message}")
     return Check("memory", fit.status, detail, fit.remedy)

@@ -5,6 +5,7 @@ Layout under `OUT/checkpoints/`:
         model/         `save_pretrained` output: full weights, or only the LoRA adapter
         optimizer.pt   optimizer state
         rng.pt         torch / python RNG states (sampling itself is seeded per round)
+        guard.pt       the swarm guard's state, if it runs (train/guard.py; `extras`)
         state.json     {"round": 7, "policy_version": ..., ...}  (written last)
         config.yaml    the resolved run config
     latest             the name of the newest complete checkpoint (replaced atomically)
@@ -80,8 +81,9 @@ def _remove_leftovers(root: Path) -> None:
 
 
 def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Optimizer, state: dict,
-                    cfg: NodeConfig) -> Path:
-    """Write checkpoint `round-{state['round']:06d}` atomically; returns its directory."""
+                    cfg: NodeConfig, extras: dict[str, dict] | None = None) -> Path:
+    """Write checkpoint `round-{state['round']:06d}` atomically; returns its directory. `extras`: more
+    states by name, each saved as `<name>.pt` (tensors and plain values; `load_extra` reads one)."""
     root = Path(out) / "checkpoints"
     name = f"round-{state['round']:06d}"
     tmp = root / f".tmp-{name}-{os.getpid()}"
@@ -92,6 +94,8 @@ def save_checkpoint(out: str | Path, policy: Policy, optimizer: torch.optim.Opti
         policy.save(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+        for extra, value in (extras or {}).items():
+            torch.save(value, tmp / f"{extra}.pt")
         cfg.save(tmp / "config.yaml")
         (tmp / "state.json").write_text(json.dumps(state, indent=1))
         _fsync_tree(tmp)
@@ -141,3 +145,14 @@ def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> dict:
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     return state
+
+
+def load_extra(path: Path, name: str) -> dict | None:
+    """The state saved as `extras[name]` with checkpoint `path`, or None if it has none (an older checkpoint)."""
+    file = path / f"{name}.pt"
+    if not file.exists():
+        return None
+    try:
+        return torch.load(file, weights_only=True)
+    except Exception as e:  # OSError, pickle/zip errors, EOFError: a damaged checkpoint
+        raise CheckpointError(f"checkpoint {path} is unreadable: {name}.pt: {e}") from None

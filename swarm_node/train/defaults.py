@@ -43,7 +43,7 @@ def _replace(cfg: NodeConfig, section: str, **values) -> NodeConfig:
 
 
 def resolve_model_defaults(cfg: NodeConfig) -> tuple[NodeConfig, list[str]]:
-    """Fill train.lr and train.warmstart_steps from the model (no task needed)."""
+    """Fill what the model decides (threads, batch, lr, warm start, the guard): no task needed."""
     from swarm_node.train.sources import lookup
 
     tiny = cfg.model.name in PRESETS
@@ -76,6 +76,15 @@ def resolve_model_defaults(cfg: NodeConfig) -> tuple[NodeConfig, list[str]]:
         cfg = _replace(cfg, "train", warmstart_steps=steps)
         chosen.append(f"train.warmstart_steps = {steps} (" + ("a random tiny model needs the answer format first"
                                                              if tiny else "a pretrained model needs none") + ")")
+    if cfg.swarm.guard_every is None:
+        every = 0 if cfg.swarm.trusted_peers else GUARD_EVERY
+        cfg = _replace(cfg, "swarm", guard_every=every)
+        chosen.append(f"swarm.guard_every = {every} (" + ("every peer is trusted" if every == 0 else "an open swarm") + ")")
+    if cfg.swarm.guard_examples is None:
+        n = TINY_GUARD_EXAMPLES if tiny else REAL_GUARD_EXAMPLES
+        cfg = _replace(cfg, "swarm", guard_examples=n)
+        chosen.append(f"swarm.guard_examples = {n} (" + ("a tiny preset answers 500 in a fraction of a second"
+                                                        if tiny else "what a real model answers in a check's time") + ")")
     return cfg, chosen
 
 
@@ -91,14 +100,4 @@ def resolve(cfg: NodeConfig, task) -> tuple[NodeConfig, list[str]]:
     if cfg.task.eval_limit is None:
         cfg = _replace(cfg, "task", eval_limit=task.eval_limit)
         chosen.append(f"task.eval_limit = {task.eval_limit} ({task.name}'s evaluation size)")
-    if cfg.swarm.guard_every is None:
-        every = 0 if cfg.swarm.trusted_peers else GUARD_EVERY
-        cfg = _replace(cfg, "swarm", guard_every=every)
-        chosen.append(f"swarm.guard_every = {every} (" + ("every peer is trusted" if every == 0 else "an open swarm") + ")")
-    if cfg.swarm.guard_examples is None:
-        tiny = cfg.model.name in PRESETS
-        n = TINY_GUARD_EXAMPLES if tiny else REAL_GUARD_EXAMPLES
-        cfg = _replace(cfg, "swarm", guard_examples=n)
-        chosen.append(f"swarm.guard_examples = {n} (" + ("a tiny preset answers 500 in a fraction of a second"
-                                                        if tiny else "what a real model answers in a check's time") + ")")
     return cfg, chosen

@@ -37,11 +37,12 @@ can cost it at most that, plus what the rounds since the previous check taught, 
 them a longer lockdown. The margin is wide because two equally good trajectories drift apart and
 back: with a 2-point margin, 2 of 3 honest runs of 100 rounds found harms (pooled gaps of 0.024 to
 0.072). What it cannot stop: harm below the bar; a bad window also locks honest peers out that were
-not vouched for (the node then learns alone until the lockdown ends; they keep their links). Not
-kept across a restart: the reference starts again from the weights resumed, bans and vouching are
-forgotten.
+not vouched for (the node then learns alone until the lockdown ends; they keep their links). Every
+checkpoint keeps the guard's state (`state_dict`): a node restarted with --resume compares with the
+same reference and keeps its bans, lockdown and vouching, so a crash does not launder a harm that
+was not yet found into the reference.
 Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
-parameter; not in the memory plan), a second training step on the own groups each round
+parameter, in the memory plan: models.estimate_memory), a second training step on the own groups each round
 (`time/guard_s`), and 2 x guard_examples greedy answers per check, through the HF sampler.
 """
 
@@ -111,6 +112,8 @@ class Guard:
         self.recent: list[tuple[int, int, int]] = []  # (b, c, n) of the last WINDOW checks since the last verdict
         self.harms: list[int] = []  # rounds of the harms found
         self.resets = 0
+        self.bans: dict[str, int] = {}  # peer -> round its latest ban ends (what admission was told)
+        self.locked_until, self.lockdown_admits = 0, frozenset[str]()  # the latest lockdown
 
     def step(self, batch: TrainBatch, taught_by: set[str]) -> float:
         """Train alone on the own rows of `batch`; `taught_by`: untrusted peers with a row of a group
@@ -168,6 +171,30 @@ class Guard:
         self.harms = [r for r in self.harms if round_index - r < LOCKDOWN_MEMORY] + [round_index]
         doublings = min(len(self.harms) - 1, MAX_LOCKDOWN_DOUBLINGS)
         verdict.locked_until, verdict.admitted = round_index + self.ban_rounds * 2 ** doublings, frozenset(self.vouched | forgiven)
+        self.bans = {p: end for p, end in self.bans.items() if end > round_index} | verdict.distrusted
+        self.locked_until, self.lockdown_admits = verdict.locked_until, verdict.admitted
+
+    def state_dict(self) -> dict:
+        """All of the guard's state, for a checkpoint (tensors and plain values: torch.load(weights_only=True) reads it)."""
+        return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
+                "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
+                "offences": dict(self.offences), "vouched": sorted(self.vouched), "recent": [list(x) for x in self.recent],
+                "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
+                "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`'s output (the trainable weights' shapes must match)."""
+        shapes = [tuple(p.shape) for p in self.params]
+        if [tuple(a.shape) for a in state["alone"]] != shapes:
+            raise ValueError(f"the guard's saved reference has other shapes than the trainable weights ({len(shapes)} tensors)")
+        for a, saved in zip(self.alone, state["alone"]):
+            a.copy_(saved)
+        self.shadow.optimizer.load_state_dict(state["optimizer"])
+        self.taught, self.rounds = Counter(state["taught"]), state["rounds"]
+        self.known, self.offences, self.vouched = set(state["known"]), Counter(state["offences"]), set(state["vouched"])
+        self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
+        self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
+        self.lockdown_admits = frozenset(state["lockdown_admits"])
 
     @torch.no_grad()
     def _copy(self, source: list[torch.Tensor], target: list[torch.Tensor], source_opt: torch.optim.Optimizer,

@@ -265,7 +265,7 @@ def plan_precision(device_type: str, full_finetune: bool, bf16_supported: bool =
 def estimate_memory(n_params: int, n_trainable: int, hidden: int, layers: int, vocab: int, group_size: int,
                     prompts_per_round: int, max_len: int, micro_batch: int, precision: dict, *,
                     intermediate: int | None = None, kv_dim: int | None = None,
-                    logprob_chunk: int = 64) -> dict[str, int]:
+                    logprob_chunk: int = 64, guard: bool = False) -> dict[str, int]:
     """Bytes per part and the peaks of a round (see the module docstring for the model).
 
     ``max_len`` is the longest sequence (prompt + completion tokens); ``intermediate`` and
@@ -284,13 +284,14 @@ def estimate_memory(n_params: int, n_trainable: int, hidden: int, layers: int, v
         "weights": n_trainable * trainable + (n_params - n_trainable) * frozen,
         "grads": n_trainable * trainable,
         "optimizer": 2 * n_trainable * trainable,  # AdamW: exp_avg and exp_avg_sq, in the weights' dtype
+        "guard": 3 * n_trainable * trainable if guard else 0,  # the reference's weights and AdamW states
         "activations": tokens * layers * per_token_layer,
         "activations_checkpointed": tokens * layers * H * residual + tokens * per_token_layer,
         "logits_chunk": micro_batch * min(logprob_chunk, max_len) * vocab * (c + 3 * 4),
         "kv_cache": 2 * layers * K * sequences * max_len * c,
         "generation_logits": 3 * sequences * vocab * 4,  # last position only: logits, log-softmax, probs
     }
-    persistent = part["weights"] + part["optimizer"]
+    persistent = part["weights"] + part["optimizer"] + part["guard"]
     part["train_peak"] = persistent + part["grads"] + part["activations"] + part["logits_chunk"]
     part["train_peak_checkpointed"] = (persistent + part["grads"] + part["activations_checkpointed"]
                                        + part["logits_chunk"])
@@ -300,14 +301,16 @@ def estimate_memory(n_params: int, n_trainable: int, hidden: int, layers: int, v
     return part
 
 
-def estimate_for_config(cfg, dims: ModelDims, device_type: str, bf16_supported: bool, prompt_tokens: int) -> dict:
-    """`estimate_memory` for a `NodeConfig` (full fine-tuning or LoRA) on `device_type`, plus its "precision" plan."""
+def estimate_for_config(cfg, dims: ModelDims, device_type: str, bf16_supported: bool, prompt_tokens: int,
+                        guard: bool) -> dict:
+    """`estimate_memory` for a `NodeConfig` (full fine-tuning or LoRA) on `device_type`, plus its "precision" plan;
+    `guard`: the node keeps the swarm guard's reference copy."""
     precision = plan_precision(device_type, cfg.model.lora_r == 0, bf16_supported)
     trainable = trainable_params(cfg, dims)
     estimate = estimate_memory(dims.n_params, trainable, dims.hidden, dims.layers, dims.vocab, cfg.rollout.group_size,
                                cfg.rollout.prompts_per_round, prompt_tokens + cfg.rollout.max_new_tokens,
                                cfg.train.micro_batch, precision, intermediate=dims.intermediate, kv_dim=dims.kv_dim,
-                               logprob_chunk=cfg.train.logprob_chunk)
+                               logprob_chunk=cfg.train.logprob_chunk, guard=guard)
     return {**estimate, "precision": precision}
 
 
@@ -341,9 +344,10 @@ def fit_memory(estimate: dict[str, int], available: int, what: str = "available"
                      "use LoRA (--lora-r 64), a smaller train.micro_batch or rollout.max_new_tokens, or a smaller model")
 
 
-def plan_node_memory(cfg, policy, prompt_tokens: int) -> MemoryFit:
+def plan_node_memory(cfg, policy, prompt_tokens: int, guard: bool) -> MemoryFit:
     """The node's start-up memory check: estimate for `cfg` on the policy's device, compared with
-    what that device has (a CUDA card's total memory; on CPU, the RAM available now)."""
+    what that device has (a CUDA card's total memory; on CPU, the RAM available now); `guard`: with
+    the swarm guard's copy."""
     import psutil
     import torch
 
@@ -353,5 +357,6 @@ def plan_node_memory(cfg, policy, prompt_tokens: int) -> MemoryFit:
         bf16 = torch.cuda.is_bf16_supported()
     else:
         available, what, bf16 = psutil.virtual_memory().available, "of RAM available", True
-    estimate = estimate_for_config(cfg, ModelDims.from_hf_config(policy.model.config), device.type, bf16, prompt_tokens)
+    estimate = estimate_for_config(cfg, ModelDims.from_hf_config(policy.model.config), device.type, bf16, prompt_tokens,
+                                   guard)
     return fit_memory(estimate, available, what)
