@@ -139,14 +139,15 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
                               horizontal=cfg.swarm.mode == "horizontal")
         parts.admission = Admission(expect, policy.scorer(task))
         if cfg.swarm.guard_every:
-            parts.guard = build_guard(cfg, trainer, task, checkpoint, parts.admission)
+            parts.guard = build_guard(cfg, trainer, sampler, task, checkpoint, parts.admission)
     return parts
 
 
-def build_guard(cfg: NodeConfig, trainer: Trainer, task: Task, checkpoint: Path | None, admission: Admission) -> Guard:
+def build_guard(cfg: NodeConfig, trainer: Trainer, sampler: Sampler, task: Task, checkpoint: Path | None,
+                admission: Admission) -> Guard:
     """The guard, with the reference, bans and lockdown it had at `checkpoint` (when resuming)."""
     shadow = Trainer(trainer.policy, cfg.train, cfg.loss, cfg.rollout.temperature)
-    guard = Guard(trainer, shadow, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
+    guard = Guard(trainer, shadow, sampler, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
                   cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
     saved = load_extra(checkpoint, "guard") if checkpoint is not None else None
     if saved is not None:

@@ -19,7 +19,7 @@ def _guard(policy, task, n=100):
     cfg.train.lr = 1e-2
     trainer = Trainer(policy, cfg.train, cfg.loss, 1.0)
     shadow = Trainer(policy, cfg.train, cfg.loss, 1.0)
-    return trainer, Guard(trainer, shadow, task, n, 5, margin=0.02, ban_rounds=10)
+    return trainer, Guard(trainer, shadow, HFSampler(policy), task, n, 5, margin=0.02, ban_rounds=10)
 
 
 def _batch(policy, task, own, peer):
@@ -177,7 +177,7 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     trainer2 = Trainer(resumed, cfg.train, cfg.loss, 1.0)
     load_checkpoint(path, trainer2.optimizer)
     admission = Admission(Expectations(run_id="r", tokenizer="t", staleness=1), resumed.scorer(arith))
-    guard2 = build_guard(cfg, trainer2, arith, path, admission)
+    guard2 = build_guard(cfg, trainer2, HFSampler(resumed), arith, path, admission)
     assert _equal(guard2.alone, guard.alone) and not _equal(guard2.alone, _weights(resumed))
     moments = guard2.shadow.optimizer.state_dict()["state"][0]["exp_avg"]
     assert torch.equal(moments, guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"])
@@ -189,6 +189,6 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     _answers(monkeypatch, mixed_right=30, alone_right=50)
     assert guard2.check(20).distrusted == {"peer-b": 30}
 
-    fresh = build_guard(cfg, trainer2, arith, None, Admission(Expectations(run_id="r", tokenizer="t", staleness=1),
-                                                              resumed.scorer(arith)))
+    admission = Admission(Expectations(run_id="r", tokenizer="t", staleness=1), resumed.scorer(arith))
+    fresh = build_guard(cfg, trainer2, HFSampler(resumed), arith, None, admission)
     assert _equal(fresh.alone, _weights(resumed)) and fresh.resets == 0  # a new run: the reference is the start

@@ -181,6 +181,38 @@ def test_after_a_training_step_sync_makes_the_sampler_use_the_new_weights(node, 
     assert _change(before, after) > 1e-3  # the step moved the model, and the engine follows it
 
 
+@needs_vllm
+@pytest.mark.parametrize("node", ["full", "lora"])
+def test_the_guard_checks_both_models_through_the_nodes_engine(node, request, arith, monkeypatch):
+    """A vLLM node's guard answers with its engine: synced to the reference for the reference's
+    answers, back to the trained weights after (LoRA: a new adapter id each time, or the engine would
+    serve its cached copy of an id it saw before)."""
+    from swarm_node.train import guard as guard_module
+    from swarm_node.train.guard import Guard
+
+    policy, sampler = request.getfixturevalue(node)
+    cfg = load_config(None, ["train.lr=1e-2"])
+    trainer = Trainer(policy, cfg.train, cfg.loss, 1.0, sampler.on_policy)
+    guard = Guard(trainer, Trainer(policy, cfg.train, cfg.loss, 1.0), sampler, arith, 8, 16, margin=0.04, ban_rounds=10)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # the reference: other weights than the trained ones
+        for a in guard.alone:
+            a.add_(torch.randn(a.shape, generator=generator) * 0.05)
+    answers, solved = [], guard_module.solved
+
+    def spy(sampler_, policy_, task, examples, max_new_tokens):  # the engine answers as HF does on the weights in place
+        answers.append(_assert_greedy_equal(sampler_, policy_, [prompt_tokens(policy_, task, ex) for ex in examples],
+                                            max_new_tokens))
+        return solved(sampler_, policy_, task, examples, max_new_tokens)
+
+    monkeypatch.setattr(guard_module, "solved", spy)
+    for _ in range(2):  # the second check syncs to a reference version and back once more
+        guard.check(5)
+    assert len(answers) == 4 and _change(answers[0], answers[1]) > 1e-3 and _change(answers[2], answers[3]) > 1e-3
+    assert sampler.version == trainer.policy_version
+    _assert_greedy_equal(sampler, policy, _prompts(policy, arith, 8), 16)  # and serves the trained weights again
+
+
 def _change(a_samples, b_samples) -> float:
     """Largest log-prob difference over the tokens two greedy runs have in common."""
     return max(abs(x - y) for a, b in zip(a_samples, b_samples) for x, y in zip(a.logprobs, b.logprobs))

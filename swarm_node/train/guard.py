@@ -43,7 +43,8 @@ same reference and keeps its bans, lockdown and vouching, so a crash does not la
 was not yet found into the reference.
 Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
 parameter, in the memory plan: models.estimate_memory), a second training step on the own groups each round
-(`time/guard_s`), and 2 x guard_examples greedy answers per check, through the HF sampler.
+(`time/guard_s`), and 2 x guard_examples greedy answers per check, through the node's own sampler
+(a vLLM node's engine is synced to the reference for its answers, then back: two syncs a check).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from swarm_node import metrics as M
 from swarm_node.tasks import Example, Task
 from swarm_node.train.batch import TrainBatch
 from swarm_node.train.evaluate import solved
-from swarm_node.train.sampling.hf import HFSampler
+from swarm_node.train.sampling import Sampler
 from swarm_node.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -94,15 +95,15 @@ class Verdict:
 class Guard:
     """The alone reference and its verdicts; `step` after every training step, `check` when due."""
 
-    def __init__(self, trainer: Trainer, shadow: Trainer, task: Task, examples: int, max_new_tokens: int,
-                 margin: float, ban_rounds: int):
+    def __init__(self, trainer: Trainer, shadow: Trainer, sampler: Sampler, task: Task, examples: int,
+                 max_new_tokens: int, margin: float, ban_rounds: int):
         """`trainer`: the mixed weights' (its policy holds them); `shadow`: a second Trainer of the same
-        policy; `examples`: answered by each model per check."""
-        self.policy, self.trainer, self.shadow, self.task = trainer.policy, trainer, shadow, task
+        policy; `sampler`: the node's, synced to each model in turn; `examples`: answered by each model per check."""
+        self.policy, self.trainer, self.shadow, self.sampler, self.task = trainer.policy, trainer, shadow, sampler, task
         self.examples, self.max_new_tokens, self.margin, self.ban_rounds = examples, max_new_tokens, margin, ban_rounds
         self.params = self.policy.trainable_parameters()
         self.alone = [p.detach().clone() for p in self.params]  # the reference's weights while not swapped in
-        self.sampler = HFSampler(self.policy)  # both models answer through the same code (a vLLM node's too)
+        self.checks = 0  # the reference's weights are sampler version -checks (trained weights have versions >= 0)
         self.rng = random.Random(random.SystemRandom().getrandbits(64))  # the slices: secret, never logged
         self.taught: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last verdict
         self.rounds = 0  # rounds since the last verdict
@@ -132,9 +133,15 @@ class Guard:
         after the run's last round, when one check is enough."""
         start = time.perf_counter()
         examples = fresh_slice(self.task, self.examples, self.rng)
+        self.sampler.sync(self.policy, self.trainer.policy_version)
         mixed = self._solved(examples)  # [n]
-        with self._alone_in_place():
-            alone = self._solved(examples)  # [n]
+        self.checks += 1
+        try:
+            with self._alone_in_place():
+                self.sampler.sync(self.policy, -self.checks)
+                alone = self._solved(examples)  # [n]
+        finally:
+            self.sampler.sync(self.policy, self.trainer.policy_version)
         self.recent = [*self.recent, (int((alone & ~mixed).sum()), int((mixed & ~alone).sum()), len(examples))][-WINDOW:]
         B, C, N = (sum(x) for x in zip(*self.recent))
         bar = max(self.margin * N, Z * math.sqrt(B + C))

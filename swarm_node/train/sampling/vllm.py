@@ -7,7 +7,7 @@ The engine is built from the node's own model, saved to a private temp directory
                        copied into the engine (`reload_weights`): from memory when the engine runs
                        in this process (the default), from a saved directory when it runs in its own
     LoRA               the frozen base once; after every step the adapter is saved and used through
-                       a new `LoRARequest` (a new integer id per policy version)
+                       a new `LoRARequest` (a new integer id per sync)
 
 Prompts go in as token ids (no tokenizer in the engine). Log-probs are vLLM's
 `processed_logprobs`: the sampled token's log-prob under softmax(logits / temperature), the
@@ -179,6 +179,7 @@ class VLLMSampler:
         self.policy, self.in_process, self.lora = policy, in_process, _is_lora(policy)
         self.dir = Path(tempfile.mkdtemp(prefix="swarm-node-vllm-", dir=workdir))
         self.version, self.lora_request, self._weights_dir = 0, None, None
+        self.adapters = 0  # adapters handed to the engine: each gets a new id (a reused id would serve its cached copy)
         self.last_sync_s = 0.0
         base = self.dir / "base"
         save_base_model(policy, base)
@@ -252,13 +253,15 @@ class VLLMSampler:
         log.debug("vLLM sampler synced to policy version %d in %.3f s", version, self.last_sync_s)
 
     def _use_adapter(self, version: int) -> None:
-        """Save the current adapter and generate with it from now on (ids are >= 1, one per version)."""
+        """Save the current adapter and generate with it from now on (ids are >= 1, a new one per sync:
+        the guard's reference and the trained weights take turns, train/guard.py)."""
         from vllm.lora.request import LoRARequest
 
-        path = self.dir / f"adapter-{version}"
+        self.adapters += 1
+        path = self.dir / f"adapter-{self.adapters}"
         self.policy.model.save_pretrained(str(path))
         old = Path(self.lora_request.lora_path) if self.lora_request is not None else None
-        self.lora_request = LoRARequest(f"policy-v{version}", version + 1, str(path))
+        self.lora_request = LoRARequest(f"policy-v{version}", self.adapters, str(path))
         if old is not None:  # never requested again: the engine evicts it from its cache
             shutil.rmtree(old, ignore_errors=True)
 
