@@ -30,7 +30,8 @@ import numpy as np
 if not __package__:  # run as `python bench/x.py`: import `bench` as a package from the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 from bench._common import load_runs  # noqa: E402
-from bench.redteam_poisoning import honest_shares, run_swarm  # noqa: E402
+from bench.redteam_poisoning import guard_figures, honest_shares, run_swarm  # noqa: E402
+from swarm_node.metrics import read_metrics  # noqa: E402
 from swarm_node.status import read_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,11 +82,12 @@ def key(cell: dict) -> tuple:
 
 
 def backfill(path: Path, work_root: Path) -> int:
-    """Add `honest_shares` to cells run before it was recorded, from the cell's work directory (the
-    `redteam-<kind>-<seed>-*` under work_root whose victim log was last written nearest the cell's end)."""
+    """Add `honest_shares` and `guard_figures` to cells run before they were recorded, from the cell's
+    work directory (the `redteam-<kind>-<seed>-*` under work_root whose victim log was last written
+    nearest the cell's end)."""
     runs, done = load_runs(path), 0
     for cell in runs:
-        if "honest_share_ge_25_frac" in cell:
+        if "honest_share_ge_25_frac" in cell and "victim_late_alone" in cell:
             continue
         end = dt.datetime.strptime(cell["finished"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
         dirs = [d for d in work_root.glob(f"redteam-{cell['kind']}-{cell['seed']}-*") if (d / "victim" / "node.log").exists()]
@@ -96,9 +98,16 @@ def backfill(path: Path, work_root: Path) -> int:
             continue
         honest_id = (read_status(best / "honest") or {}).get("peer_id", "")
         cell.update(honest_shares((best / "victim" / "node.log").read_text(), honest_id))
+        cell.update(guard_figures(*(read_metrics(best / node / "metrics.jsonl") for node in ("victim", "honest"))))
         done += 1
     path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
     return done
+
+
+def late(cells: list[dict], base: list[dict], key: str) -> str:
+    """Mean and worst paired difference of a node's late accuracy (guard_figures), in points."""
+    d = [100 * (r[key] - b[key]) for r, b in zip(cells, base) if r.get(key) is not None and b.get(key) is not None]
+    return f"{np.mean(d):+.1f}, {min(d):+.1f}" if d else "?"
 
 
 def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
@@ -107,8 +116,9 @@ def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
     base = {r["seed"]: r for r in runs if r["kind"] == "none"}
     lines = ["| kind | seeds | V pass@1 end (baseline) | V - baseline: mean, worst | H pass@1 end (baseline) | "
              "H - baseline: mean, worst | attacker share | honest share | V steps honest >= 25 % (worst seed) | "
-             "V steps without honest (most) | V implausible frac | V credited |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "V steps without honest (most) | V implausible frac | V credited | V late - baseline: mean, worst | "
+             "H late - baseline: mean, worst | V late, its alone copy's (mean) | V guard resets, rounds locked (mean) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     kinds += sorted({r["kind"] for r in runs} - set(kinds))
     for kind in kinds:
@@ -129,7 +139,12 @@ def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
                      f"{min((r.get('honest_share_ge_25_frac', np.nan) for r in cells), default=np.nan):.2f} | "
                      f"{max((len(r['steps_without_honest']) for r in cells if 'steps_without_honest' in r), default='?')} | "
                      f"{np.mean([r['peer_implausible_frac_mean'] for r in cells]):.3f} | "
-                     f"{np.mean([r.get('mesh_credited_mean', np.nan) for r in cells]):.2f} |")
+                     f"{np.mean([r.get('mesh_credited_mean', np.nan) for r in cells]):.2f} | "
+                     f"{late(cells, b, 'victim_late')} | {late(cells, b, 'honest_late')} | "
+                     f"{np.mean([r.get('victim_late', np.nan) for r in cells]):.3f}, "
+                     f"{np.mean([r.get('victim_late_alone', np.nan) for r in cells]):.3f} | "
+                     f"{np.mean([r.get('victim_guard_resets', np.nan) for r in cells]):.1f}, "
+                     f"{np.mean([r.get('victim_lockdown_rounds', np.nan) for r in cells]):.0f} |")
     return "\n".join(lines)
 
 

@@ -44,6 +44,22 @@ def honest_shares(log: str, honest_id: str) -> dict:
             "steps_without_honest": [r for r, s in steps if s == 0]}
 
 
+LATE_CHECKS = 5  # the guard's last checks (rounds 80-100: 2,500 fresh train examples), averaged
+
+
+def guard_figures(v_rows: list[dict], h_rows: list[dict]) -> dict:
+    """V's guard resets and rounds locked down, and each node's mean accuracy over its guard's last
+    LATE_CHECKS checks: where training ended, steadier than one evaluation of 200 problems (a tiny
+    model's score swings by 10 points from one check to the next); and that of V's alone copy."""
+    def late(rows, key="guard/mixed_accuracy"):
+        checks = [r[key] for r in rows if key in r][-LATE_CHECKS:]
+        return round(float(np.mean(checks)), 4) if checks else None
+
+    return {"victim_guard_resets": max((r.get("guard/resets", 0) for r in v_rows), default=0),
+            "victim_lockdown_rounds": sum(1 for r in v_rows if r.get("guard/lockdown_rounds", 0) > 0),
+            "victim_late": late(v_rows), "honest_late": late(h_rows), "victim_late_alone": late(v_rows, "guard/alone_accuracy")}
+
+
 def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", seed: int = 0,
               eval_limit: int | None = None) -> dict:
     """V + H + `attackers` poisoner processes of `kind` for `rounds` rounds; V's and H's held-out pass@1 at
@@ -96,6 +112,7 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
                 "mesh_credited_mean": mean("swarm/mesh_credited"),
                 "trains_on_lines": n_lines, "groups_per_peer": per_peer_named,
                 **honest_shares(log, (read_status(tmp / "honest") or {}).get("peer_id", "")),
+                **guard_figures(v_rows, h_rows),
                 "attacker_screen": [s.get("screen") for s in summaries],
                 "attacker_floor_estimate": [s.get("floor_estimate") for s in summaries],
                 "attacker_rounds_offered": [len(s["rounds"]) for s in summaries],

@@ -245,11 +245,13 @@ class SwarmConfig:
     guard_every: int | None = None
     """Every this many rounds (and after the last) compare the model with a copy trained on our own groups only, on train examples no peer knows; if peers made it measurably worse, go back to the copy and train only on vouched peers for a while (train/guard.py). None = 5 in an open swarm, 0 (off) with trusted_peers."""
     guard_examples: int | None = None
-    """Train examples each model answers per guard check, drawn afresh from a secret random stream. None = 500 for tiny presets, 200 for real models."""
+    """Reserved train problems each model answers per guard check (at most a third of the reserve). None = 500 for tiny presets, 200 for real models."""
     guard_margin: float = 0.04
     """Smallest pass@1 gap (alone minus mixed, over the last 3 checks' examples) the guard acts on, besides two standard deviations of the paired difference."""
     guard_ban_rounds: int = 20
     """Rounds a new peer blamed by the guard is not trained on, and of the guard's lockdown; doubled on repeat."""
+    guard_reserve: float = 0.2
+    """Share of the train problems the guard keeps secret for its checks: never trained on, ours or peers' (train/reserve.py)."""
     fetch_timeout_s: float = 10.0
     """A stalled peer costs at most this per packet fetch."""
     linger_s: float = 5.0
@@ -295,8 +297,9 @@ class SwarmConfig:
         _check(self.peer_groups_per_own >= 0, "swarm.peer_groups_per_own must be >= 0")
         _check(0 < self.max_peer_share <= 1, "swarm.max_peer_share must be in (0, 1]")
         _check((self.guard_every is None or self.guard_every >= 0) and (self.guard_examples is None or self.guard_examples >= 1)
-               and 0 <= self.guard_margin < 1 and self.guard_ban_rounds >= 1,
-               "swarm.guard_every must be >= 0, guard_examples >= 1, guard_margin in [0, 1), guard_ban_rounds >= 1")
+               and 0 <= self.guard_margin < 1 and self.guard_ban_rounds >= 1 and 0 < self.guard_reserve <= 0.5,
+               "swarm.guard_every must be >= 0, guard_examples >= 1, guard_margin in [0, 1), guard_ban_rounds >= 1, "
+               "guard_reserve in (0, 0.5]")
         _check(self.fetch_timeout_s > 0, "swarm.fetch_timeout_s must be > 0")
         _check(self.linger_s >= 0, "swarm.linger_s must be >= 0")
         _check(bool(self.run_id) and len(self.run_id) <= 64, "swarm.run_id must be 1..64 characters")

@@ -148,7 +148,7 @@ def build_guard(cfg: NodeConfig, trainer: Trainer, sampler: Sampler, task: Task,
     """The guard, with the reference, bans and lockdown it had at `checkpoint` (when resuming)."""
     shadow = Trainer(trainer.policy, cfg.train, cfg.loss, cfg.rollout.temperature)
     guard = Guard(trainer, shadow, sampler, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
-                  cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds)
+                  cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds, cfg.swarm.guard_reserve)
     saved = load_extra(checkpoint, "guard") if checkpoint is not None else None
     if saved is not None:
         guard.load_state_dict(saved)
@@ -212,6 +212,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
     draws = draws_key(cfg.train.seed, exchange.transport.peer_id if exchange is not None else None)
     prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{draws}"
     trusted = frozenset(cfg.swarm.trusted_peers)  # their negatives count as the paper's (loss.teach_only)
+    # the guard's reserve is never trained on: our prompts avoid it (horizontal mode: all answer the run's)
+    reserved = guard.reserve.reserved if guard is not None and cfg.swarm.mode == "vertical" else None
     metrics, tracker, rows, last = None, None, [], cfg.train.rounds
     status.update(state="running", round=p.first - 1, policy_version=trainer.policy_version)
     finished = False
@@ -224,7 +226,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
             if r > 0:
                 # ---------------------------------------------------------------- generate
                 t = time.perf_counter()
-                examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key)
+                examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key, reserved)
                 own = sample_groups(sampler, scorer, examples, cfg.rollout, round_seed(draws, r))
                 texts = scorer.score(own)
                 buffer.add(own, OWN)
@@ -243,6 +245,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
 
                 # ---------------------------------------------------------------- combine
                 rollouts = buffer.take(r)
+                if guard is not None:  # peers' groups (and, horizontal, our shares) on reserved problems
+                    rollouts = [x for x in rollouts if not guard.reserve.holds(x.group.example_id)]
                 peer_groups = [x.group for x in rollouts if x.source != OWN]
                 row.update(group_stats(peer_groups, prefix=M.PEER_PREFIX))
                 if exchange is not None:

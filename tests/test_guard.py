@@ -7,7 +7,9 @@ import torch
 from swarm_node.config import ModelConfig, NodeConfig, RolloutConfig
 from swarm_node.train import guard as guard_module
 from swarm_node.train.batch import TrainBatch
-from swarm_node.train.guard import Guard, fresh_slice
+from swarm_node.train.guard import Guard
+from swarm_node.train.reserve import Reserve
+from swarm_node.tasks import Example
 from swarm_node.train.rollout import generate_groups, round_examples
 from swarm_node.train.sampling.hf import HFSampler
 from swarm_node.train.policy import Policy
@@ -19,7 +21,7 @@ def _guard(policy, task, n=100):
     cfg.train.lr = 1e-2
     trainer = Trainer(policy, cfg.train, cfg.loss, 1.0)
     shadow = Trainer(policy, cfg.train, cfg.loss, 1.0)
-    return trainer, Guard(trainer, shadow, HFSampler(policy), task, n, 5, margin=0.02, ban_rounds=10)
+    return trainer, Guard(trainer, shadow, HFSampler(policy), task, n, 5, margin=0.02, ban_rounds=10, reserve_share=0.2)
 
 
 def _batch(policy, task, own, peer):
@@ -59,13 +61,24 @@ def _answers(monkeypatch, mixed_right: int, alone_right: int, n: int = 100):
     monkeypatch.setattr(guard_module, "solved", solved)
 
 
-def test_each_check_draws_fresh_distinct_train_examples(arith):
-    rng = random.Random(1)
-    a, b = fresh_slice(arith, 50, rng), fresh_slice(arith, 50, rng)
-    assert len({x.id for x in a}) == 50 and {x.id for x in a} != {x.id for x in b}
-    train = arith.split("train")
-    assert {x.id for x in a + b} <= {train[i].id for i in range(len(train))}
-    assert [x.id for x in fresh_slice(arith, 50, random.Random(1))] == [x.id for x in a]
+def test_checks_use_distinct_reserved_problems_that_no_round_trains_on(arith):
+    """The reserve: a secret share of the train problems (by question); consecutive checks share none,
+    and the node's own prompts never include one (a peer's group on one is dropped: node.py)."""
+    reserve = Reserve(arith, 0.2)
+    questions = {ex.question for ex in arith.split("train")[:20000]}
+    kept = {q for q in questions if reserve.reserved(Example("x", q, "0"))}
+    assert 0.1 < len(kept) / len(questions) < 0.3
+    checks = [reserve.next_slice(100) for _ in range(3)]
+    asked = [{ex.question for ex in c} for c in checks]
+    assert all(len(a) == 100 for a in asked) and not (asked[0] & asked[1] or asked[1] & asked[2] or asked[0] & asked[2])
+    assert all(reserve.reserved(ex) and reserve.holds(ex.id) for c in checks for ex in c)
+    drawn = [ex for r in range(1, 200) for ex in round_examples(arith, r, 16, "node/x", exclude=reserve.reserved)]
+    assert len(drawn) == 199 * 16 and not any(reserve.reserved(ex) for ex in drawn)
+    assert sum(map(reserve.reserved, (ex for r in range(1, 200) for ex in round_examples(arith, r, 16, "node/x")))) > 300
+    # another node (another key) reserves other problems; the same key, the same ones (a resumed node)
+    assert {ex.question for ex in Reserve(arith, 0.2).next_slice(300)} != {ex.question for ex in checks[0]}
+    again = Reserve(arith, 0.2, reserve.key)
+    assert {arith.split("train")[i].question for i in again.pool} == {arith.split("train")[i].question for i in reserve.pool}
 
 
 def test_the_alone_copy_learns_from_own_rows_only_and_leaves_the_trained_weights_alone(tiny_policy, arith):
@@ -158,6 +171,7 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
 
     cfg = NodeConfig()
     cfg.train.lr, cfg.swarm.guard_examples, cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds = 1e-2, 100, 0.02, 10
+    cfg.swarm.guard_reserve = 0.2
     trainer, guard = _guard(tiny_policy, arith)
     batch = _batch(tiny_policy, arith, own=2, peer=2)
     trainer.step(batch)
@@ -183,6 +197,7 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     assert torch.equal(moments, guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"])
     assert (guard2.taught, guard2.rounds, guard2.known, guard2.recent) == ({"peer-b": 1}, 1, {"peer-a"}, [(5, 0, 100)])
     assert (guard2.resets, guard2.harms, guard2.offences) == (1, [10], {"peer-a": 1})
+    assert guard2.reserve.key == guard.reserve.key and guard2.reserve.pool == guard.reserve.pool  # the same problems
     assert admission.refuses("peer-a", 16) == "distrusted" and admission.refuses("peer-b", 16) == "lockdown"
     assert admission.refuses("peer-b", 20) is None
     # one more check pools with the one before the restart: the same verdict an unbroken run reaches
@@ -192,3 +207,4 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     admission = Admission(Expectations(run_id="r", tokenizer="t", staleness=1), resumed.scorer(arith))
     fresh = build_guard(cfg, trainer2, HFSampler(resumed), arith, None, admission)
     assert _equal(fresh.alone, _weights(resumed)) and fresh.resets == 0  # a new run: the reference is the start
+    assert fresh.reserve.key != guard.reserve.key

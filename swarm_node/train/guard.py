@@ -8,9 +8,10 @@ measures what the peers' data did instead, against a reference no peer touches:
     mixed   the trained weights: own groups + peers' groups (what the node samples with and offers)
     alone   a copy trained on the same rounds' own groups only (same objective, its own optimizer)
 
-Every `swarm.guard_every` rounds (and after the last) both answer `swarm.guard_examples` train
-examples greedily, drawn afresh for each check from a secret random stream (no peer can know them,
-nor answer them specially). Per check b = solved by alone only, c = solved by mixed only (McNemar's
+Every `swarm.guard_every` rounds (and after the last) both answer up to `swarm.guard_examples` train
+problems greedily, the next ones of the node's reserve (train/reserve.py: a secret share of the train
+problems that neither copy ever trains on, so the check measures skill, not recall; no peer can know
+them, nor answer them specially; a check takes at most a third of the reserve, so a window's are distinct). Per check b = solved by alone only, c = solved by mixed only (McNemar's
 discordant pairs); over the last 3 checks since the last verdict B = sum b, C = sum c, N examples,
 and the bar max(guard_margin * N, 2 sqrt(B + C)) (two standard deviations of B - C when the two
 are equally good). A verdict needs at least 2 checks (the gap of two equally good models swings:
@@ -52,7 +53,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -65,6 +65,7 @@ from swarm_node import metrics as M
 from swarm_node.tasks import Example, Task
 from swarm_node.train.batch import TrainBatch
 from swarm_node.train.evaluate import solved
+from swarm_node.train.reserve import Reserve
 from swarm_node.train.sampling import Sampler
 from swarm_node.train.trainer import Trainer
 
@@ -73,12 +74,6 @@ Z = 2.0  # standard deviations of the paired difference a verdict needs
 WINDOW, CONFIRM = 3, 2  # checks pooled, checks a verdict needs (1 after the last round)
 MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
 LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
-
-
-def fresh_slice(task: Task, n: int, rng: random.Random) -> list[Example]:
-    """`n` distinct train examples drawn with `rng`."""
-    train = task.split("train")
-    return [train[i] for i in rng.sample(range(len(train)), min(n, len(train)))]
 
 
 @dataclass
@@ -96,15 +91,19 @@ class Guard:
     """The alone reference and its verdicts; `step` after every training step, `check` when due."""
 
     def __init__(self, trainer: Trainer, shadow: Trainer, sampler: Sampler, task: Task, examples: int,
-                 max_new_tokens: int, margin: float, ban_rounds: int):
+                 max_new_tokens: int, margin: float, ban_rounds: int, reserve_share: float):
         """`trainer`: the mixed weights' (its policy holds them); `shadow`: a second Trainer of the same
-        policy; `sampler`: the node's, synced to each model in turn; `examples`: answered by each model per check."""
+        policy; `sampler`: the node's, synced to each model in turn; `examples`: answered by each model per
+        check; `reserve_share`: of the train problems, kept for the checks (`self.reserve`)."""
         self.policy, self.trainer, self.shadow, self.sampler, self.task = trainer.policy, trainer, shadow, sampler, task
         self.examples, self.max_new_tokens, self.margin, self.ban_rounds = examples, max_new_tokens, margin, ban_rounds
         self.params = self.policy.trainable_parameters()
         self.alone = [p.detach().clone() for p in self.params]  # the reference's weights while not swapped in
         self.checks = 0  # the reference's weights are sampler version -checks (trained weights have versions >= 0)
-        self.rng = random.Random(random.SystemRandom().getrandbits(64))  # the slices: secret, never logged
+        self.reserve = Reserve(task, reserve_share)  # the checks' problems: secret, never trained on
+        if len(self.reserve.pool) < WINDOW:
+            raise ValueError(f"swarm.guard_reserve = {reserve_share} keeps {len(self.reserve.pool)} of {task.name}'s "
+                             f"train problems; the guard needs at least {WINDOW}: raise it")
         self.taught: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last verdict
         self.rounds = 0  # rounds since the last verdict
         self.known: set[str] = set()  # peers that taught before the last verdict
@@ -132,7 +131,7 @@ class Guard:
         """Compare mixed with alone on a fresh slice, act on a verdict (module docstring); `last`:
         after the run's last round, when one check is enough."""
         start = time.perf_counter()
-        examples = fresh_slice(self.task, self.examples, self.rng)
+        examples = self.reserve.next_slice(min(self.examples, len(self.reserve.pool) // WINDOW))
         self.sampler.sync(self.policy, self.trainer.policy_version)
         mixed = self._solved(examples)  # [n]
         self.checks += 1
@@ -187,7 +186,8 @@ class Guard:
                 "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
                 "offences": dict(self.offences), "vouched": sorted(self.vouched), "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
-                "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits)}
+                "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits),
+                "reserve_key": self.reserve.key.hex()}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()`'s output (the trainable weights' shapes must match)."""
@@ -202,6 +202,7 @@ class Guard:
         self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
         self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
         self.lockdown_admits = frozenset(state["lockdown_admits"])
+        self.reserve = Reserve(self.task, self.reserve.share, bytes.fromhex(state["reserve_key"]))  # the same problems
 
     @torch.no_grad()
     def _copy(self, source: list[torch.Tensor], target: list[torch.Tensor], source_opt: torch.optim.Optimizer,

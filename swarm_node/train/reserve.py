@@ -1,0 +1,84 @@
+"""Reserve: train problems a node keeps secret and never trains on, so the guard measures skill, not recall.
+
+The guard (train/guard.py) compares the trained model with its alone copy on train problems. If
+those were problems either had trained on, a peer could teach the trained model the answers of
+many train problems (correct, plausible completions: every per-sample check passes) while
+un-teaching the skill: the check would see recall and miss the harm. Measured before the reserve
+(`bench/redteam_matrix.py`, `skew`: 2 ids sending only train problems whose answer ends in 0,
+3 seeds, Intel Xeon): the victim's gap between the guard's train problems and held-out ones grew
+from 7.8 points (no attack) to 13.2; on train problems it stayed level with its alone copy while
+held out it lost 12 points to the no-attack run.
+
+So a share of the train *problems* (by question text: arith repeats each of its 1,752 problems
+about 57 times in 100,000 examples) is reserved by a keyed hash whose key is drawn from the OS
+and never leaves the node:
+
+    reserved(example)   keyed BLAKE2b of the question < share: kept for the checks
+    the node            draws its own prompts around them (rollout.round_examples(exclude=...));
+                        in horizontal mode it still writes its share for the others, and drops the
+                        group from its own step; peers' groups on them are dropped before training
+    next_slice(n)       the next n reserved problems of a secret shuffled order: consecutive
+                        checks share no problem until the reserve is used up, so a pooled window
+                        holds distinct problems (the verdict's standard deviation assumes that)
+
+A peer cannot tell which problems are reserved (it sees the node's prompts only, and those never
+include one); its groups on a reserved problem are simply not trained on. The warm start saw every
+train problem, reserved or not: both copies start from it, so it shifts both alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from swarm_node.tasks import Example, Task
+
+PLATEAU = 20_000  # examples scanned without a new problem: the rest of the split repeats them
+
+
+class Reserve:
+    """The reserved problems of `task`'s train split: a secret `share` of them."""
+
+    def __init__(self, task: Task, share: float, key: bytes | None = None):
+        self.task, self.share = task, share
+        self.key = key if key is not None else random.SystemRandom().getrandbits(128).to_bytes(16, "big")
+        self.rng = random.Random(random.SystemRandom().getrandbits(64))  # the order of the checks: secret
+        self.pool = self._pool()  # train indices, one per reserved problem
+        self.order: list[int] = []
+        self.cursor = 0
+
+    def reserved(self, example: Example) -> bool:
+        """Whether `example`'s problem is kept for the checks (never trained on)."""
+        digest = hashlib.blake2b(example.question.encode("utf-8"), key=self.key, digest_size=8).digest()
+        return int.from_bytes(digest, "big") < self.share * 2**64
+
+    def holds(self, example_id: str) -> bool:
+        """Whether the train example `example_id` (a peer's group names it) is a reserved problem."""
+        example = self.task.example(example_id)
+        return example is not None and self.reserved(example)
+
+    def next_slice(self, n: int) -> list[Example]:
+        """The next `n` reserved problems (fewer if the reserve is smaller)."""
+        n = min(n, len(self.pool))
+        if self.cursor + n > len(self.order):
+            self.order, self.cursor = self.rng.sample(self.pool, len(self.pool)), 0
+        train = self.task.split("train")
+        chosen = self.order[self.cursor:self.cursor + n]
+        self.cursor += n
+        return [train[i] for i in chosen]
+
+    def _pool(self) -> list[int]:
+        """One train index per reserved problem. A generated split repeats a small problem space (arith:
+        every problem within its first ~25,000 examples), so the scan stops after PLATEAU examples
+        with no new problem."""
+        train, seen, first, last_new = self.task.split("train"), set(), {}, 0
+        for i in range(len(train)):
+            if i - last_new > PLATEAU:
+                break
+            example = train[i]
+            if example.question not in seen:
+                seen.add(example.question)
+                last_new = i
+                if self.reserved(example):
+                    first[example.question] = i
+        return list(first.values())
