@@ -116,9 +116,10 @@ def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
     base = {r["seed"]: r for r in runs if r["kind"] == "none"}
     lines = ["| kind | seeds | V pass@1 end (baseline) | V - baseline: mean, worst | H pass@1 end (baseline) | "
              "H - baseline: mean, worst | attacker share | honest share | V steps honest >= 25 % (worst seed) | "
-             "V steps without honest (most) | V implausible frac | V credited | V late - baseline: mean, worst | "
-             "H late - baseline: mean, worst | V late, its alone copy's (mean) | V guard resets, rounds locked (mean) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "V steps without honest (most) | V implausible frac | V credited | V held-out, rounds 80-100 - baseline: "
+             "mean, worst | H held-out, rounds 80-100 - baseline: mean, worst | V guard checks 80-100 - baseline: mean, worst | "
+             "H guard checks - baseline: mean, worst | V guard checks, its alone copy's (mean) | V guard resets, rounds locked (mean) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     kinds += sorted({r["kind"] for r in runs} - set(kinds))
     for kind in kinds:
@@ -140,6 +141,7 @@ def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
                      f"{max((len(r['steps_without_honest']) for r in cells if 'steps_without_honest' in r), default='?')} | "
                      f"{np.mean([r['peer_implausible_frac_mean'] for r in cells]):.3f} | "
                      f"{np.mean([r.get('mesh_credited_mean', np.nan) for r in cells]):.2f} | "
+                     f"{late(cells, b, 'victim_late_eval')} | {late(cells, b, 'honest_late_eval')} | "
                      f"{late(cells, b, 'victim_late')} | {late(cells, b, 'honest_late')} | "
                      f"{np.mean([r.get('victim_late', np.nan) for r in cells]):.3f}, "
                      f"{np.mean([r.get('victim_late_alone', np.nan) for r in cells]):.3f} | "

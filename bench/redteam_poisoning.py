@@ -49,13 +49,19 @@ LATE_CHECKS = 5  # the guard's last checks (rounds 80-100: 2,500 fresh train exa
 
 def guard_figures(v_rows: list[dict], h_rows: list[dict]) -> dict:
     """V's guard resets and rounds locked down, and each node's mean accuracy over its guard's last
-    LATE_CHECKS checks: where training ended, steadier than one evaluation of 200 problems (a tiny
-    model's score swings by 10 points from one check to the next); and that of V's alone copy."""
+    LATE_CHECKS checks and over its last LATE_CHECKS held-out evaluations (rounds 80-100): where
+    training ended, steadier than one evaluation (a tiny model's score swings by 10 points from one
+    check to the next); and that of V's alone copy."""
     def late(rows, key="guard/mixed_accuracy"):
         checks = [r[key] for r in rows if key in r][-LATE_CHECKS:]
         return round(float(np.mean(checks)), 4) if checks else None
 
-    return {"victim_guard_resets": max((r.get("guard/resets", 0) for r in v_rows), default=0),
+    def late_eval(rows):
+        evals = [r["eval/accuracy"] for r in rows if "eval/accuracy" in r and r["round"] > 0][-LATE_CHECKS:]
+        return round(float(np.mean(evals)), 4) if len(evals) == LATE_CHECKS else None
+
+    return {"victim_late_eval": late_eval(v_rows), "honest_late_eval": late_eval(h_rows),
+            "victim_guard_resets": max((r.get("guard/resets", 0) for r in v_rows), default=0),
             "victim_lockdown_rounds": sum(1 for r in v_rows if r.get("guard/lockdown_rounds", 0) > 0),
             "victim_late": late(v_rows), "honest_late": late(h_rows), "victim_late_alone": late(v_rows, "guard/alone_accuracy")}
 
@@ -69,7 +75,8 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
     tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{kind}-{seed}-"))
     run, model = f"redteam-{kind}-{seed}", public_warm_start(VICTIM_WARMSTART_STEPS)
     started, t0 = [], time.time()
-    evaluate = ["--set", f"task.eval_limit={eval_limit}"] if eval_limit is not None else []
+    # every 5 rounds: the mean of the last 5 evaluations is where a run ended, without one snapshot's swing
+    evaluate = ["--set", "train.eval_every=5", *(["--set", f"task.eval_limit={eval_limit}"] if eval_limit is not None else [])]
     try:
         v = NodeProcess.join([*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
         started.append(v.start())

@@ -32,16 +32,16 @@ are equally good). A verdict needs at least 2 checks (the gap of two equally goo
 
 The bound, in plain words: at every check after the second since the last verdict, and after the
 last round, the node is at most the bar behind a copy of itself that learned from its own groups
-only, over the last 3 checks' examples (N = 1,500 for a tiny preset: the bar is guard_margin, 4
-points, unless the two disagree on more than a sixth of them); any number of peers and Sybil ids
-can cost it at most that, plus what the rounds since the previous check taught, and each harm buys
-them a longer lockdown. The margin is wide because two equally good trajectories drift apart and
-back: with a 2-point margin, 2 of 3 honest runs of 100 rounds found harms (pooled gaps of 0.024 to
-0.072). What it cannot stop: harm below the bar; a bad window also locks honest peers out that were
-not vouched for (the node then learns alone until the lockdown ends; they keep their links). Every
-checkpoint keeps the guard's state (`state_dict`): a node restarted with --resume compares with the
-same reference and keeps its bans, lockdown and vouching, so a crash does not launder a harm that
-was not yet found into the reference.
+only, over the last 3 checks' problems (distinct, and never trained on: tiny arith's reserve holds
+about 350, so N = 345 and the bar is 2 sqrt(B + C), 4-5 points; GSM8K's about 1,500, so N = 600);
+any number of peers and Sybil ids can cost it at most that, plus what the rounds since the previous
+check taught, and each harm buys them a longer lockdown. The margin is wide because two equally good
+trajectories drift apart and back: with a 2-point margin, 2 of 3 honest runs of 100 rounds found
+harms (pooled gaps of 0.024 to 0.072). What it cannot stop: harm below the bar; a bad window also
+locks honest peers out that were not vouched for (the node then learns alone until the lockdown
+ends; they keep their links). Every checkpoint keeps the guard's state (`state_dict`): a node
+restarted with --resume compares with the same reference and keeps its bans, lockdown and vouching,
+so a crash does not launder a harm that was not yet found into the reference.
 Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
 parameter, in the memory plan: models.estimate_memory), a second training step on the own groups each round
 (`time/guard_s`), and 2 x guard_examples greedy answers per check, through the node's own sampler
