@@ -10,8 +10,9 @@ One round of one node (node.py reads top to bottom in this order):
     combine   train/rollout.py                      own + admitted peer groups (vertical | horizontal)
     train     train/batch.py -> train/trainer.py    one TrainBatch of tensors -> F-TIS (train/loss.py)
     guard     train/guard.py -> swarm/admit.py      a copy learns from own groups only; every k rounds,
-                                                    if peers left us measurably behind it: back to it,
-                                                    and only vouched peers teach for a while
+                                                    on a secret reserve of problems nothing trains on
+                                                    (train/reserve.py), if peers left us measurably
+                                                    behind it: back to it, only vouched peers teach
     sync      train/sampling/                       the sampler gets the new weights
     evaluate  train/evaluate.py                     greedy pass@1 on held-out examples (every k rounds)
     log       metrics.py, status.py, train/checkpoint.py
@@ -27,7 +28,7 @@ Layers, lowest first; a module imports only its own folder and the layers below 
     net/       the Transport: push discovery + libp2p streams over hivemind (the only hivemind
                importer), reachability and relays, neighbour scores, in-memory transport for tests
     train/     policy (model + tokenizer), presets and model sources, rollout, batch, loss, trainer,
-               guard, samplers (hf, vllm: the only vllm importer), evaluation, warm start, checkpoints
+               guard and its reserve, samplers (hf, vllm: the only vllm importer), evaluation, warm start, checkpoints
     swarm/     the trust boundary: exchange (bytes over a Transport) and admission (what a peer's
                packet may be) ; beside train/, neither imports the other
     node.py    the composition root: builds the parts from the config and runs the round loop
