@@ -150,13 +150,17 @@ def build_guard(cfg: NodeConfig, trainer: Trainer, sampler: Sampler, task: Task,
     guard = Guard(trainer, shadow, sampler, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
                   cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds, cfg.swarm.guard_reserve)
     saved = load_extra(checkpoint, "guard") if checkpoint is not None else None
-    if saved is not None:
-        guard.load_state_dict(saved)
-        admission.distrust(guard.bans, guard.locked_until, guard.lockdown_admits)
-        log.info("guard resumed: %d reset(s) so far, %d ban(s), lockdown until round %d",
-                 guard.resets, len(guard.bans), guard.locked_until)
-    elif checkpoint is not None:
-        log.warning("the checkpoint has no guard state: the guard's reference starts from the resumed weights")
+    try:
+        if saved is not None:
+            guard.load_state_dict(saved)
+            admission.distrust(guard.bans, guard.locked_until, guard.lockdown_admits)
+            log.info("guard resumed: %d reset(s) so far, %d ban(s), lockdown until round %d",
+                     guard.resets, len(guard.bans), guard.locked_until)
+            return guard
+    except ValueError as e:  # an older version's state, or other trainable weights
+        log.warning("the checkpoint's guard state does not fit (%s)", e)
+    if checkpoint is not None:
+        log.warning("the guard's reference starts from the resumed weights, with a new reserve")
     return guard
 
 
@@ -212,8 +216,13 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
     draws = draws_key(cfg.train.seed, exchange.transport.peer_id if exchange is not None else None)
     prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{draws}"
     trusted = frozenset(cfg.swarm.trusted_peers)  # their negatives count as the paper's (loss.teach_only)
-    # the guard's reserve is never trained on: our prompts avoid it (horizontal mode: all answer the run's)
-    reserved = guard.reserve.reserved if guard is not None and cfg.swarm.mode == "vertical" else None
+    # the guard's reserve is never trained on: our prompts avoid it, drawn in a secret order that shows no
+    # skipped candidate (horizontal mode: all answer the run's), and groups on it never enter the buffer
+    reserved, trainable = None, lambda groups: groups
+    if guard is not None:
+        trainable = guard.reserve.trainable
+        if cfg.swarm.mode == "vertical":
+            reserved, prompt_key = guard.reserve.reserved, guard.reserve.private(prompt_key)
     metrics, tracker, rows, last = None, None, [], cfg.train.rounds
     status.update(state="running", round=p.first - 1, policy_version=trainer.policy_version)
     finished = False
@@ -229,7 +238,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key, reserved)
                 own = sample_groups(sampler, scorer, examples, cfg.rollout, round_seed(draws, r))
                 texts = scorer.score(own)
-                buffer.add(own, OWN)
+                buffer.add(trainable(own), OWN)
                 row.update(group_stats(own), **{M.FORMAT_FAIL_FRAC: scorer.format_fail_frac(texts),
                                                 M.TIME_GENERATE: time.perf_counter() - t})
 
@@ -240,13 +249,11 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     # ------------------------------------------------------------ collect + admit
                     accepted, swarm_stats = exchange.collect(r, admission)
                     for peer, packet in accepted:
-                        buffer.add(packet.groups, peer)
+                        buffer.add(trainable(packet.groups), peer)
                     row.update(swarm_stats)
 
                 # ---------------------------------------------------------------- combine
                 rollouts = buffer.take(r)
-                if guard is not None:  # peers' groups (and, horizontal, our shares) on reserved problems
-                    rollouts = [x for x in rollouts if not guard.reserve.holds(x.group.example_id)]
                 peer_groups = [x.group for x in rollouts if x.source != OWN]
                 row.update(group_stats(peer_groups, prefix=M.PEER_PREFIX))
                 if exchange is not None:
@@ -263,7 +270,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     exchange.credit(accepted, set(sources) - {OWN},
                                     implausible_only(sources, batch.rewards > 0, trainer.implausible),
                                     useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)},
-                                    teaching={peer for peer, packet in accepted if any(map(has_signal, packet.groups))},
+                                    teaching={peer for peer, packet in accepted
+                                              if any(map(has_signal, trainable(packet.groups)))},
                                     round_index=r)
 
                 # ---------------------------------------------------------------- guard

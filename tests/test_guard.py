@@ -1,6 +1,7 @@
 """Guard: the alone copy learns only from own rows; a measured harm returns to it and distrusts the peers."""
 
 import random
+from types import SimpleNamespace
 
 import torch
 
@@ -68,13 +69,19 @@ def test_checks_use_distinct_reserved_problems_that_no_round_trains_on(arith):
     questions = {ex.question for ex in arith.split("train")[:20000]}
     kept = {q for q in questions if reserve.reserved(Example("x", q, "0"))}
     assert 0.1 < len(kept) / len(questions) < 0.3
-    checks = [reserve.next_slice(100) for _ in range(3)]
+    checks = [reserve.next_slice(100) for _ in range(6)]
     asked = [{ex.question for ex in c} for c in checks]
-    assert all(len(a) == 100 for a in asked) and not (asked[0] & asked[1] or asked[1] & asked[2] or asked[0] & asked[2])
+    assert all(len(a) == 100 for a in asked)
+    for k in range(4):  # every window of 3 consecutive checks (the verdict pools them) holds distinct problems
+        assert len(asked[k] | asked[k + 1] | asked[k + 2]) == 300
     assert all(reserve.reserved(ex) and reserve.holds(ex.id) for c in checks for ex in c)
     drawn = [ex for r in range(1, 200) for ex in round_examples(arith, r, 16, "node/x", exclude=reserve.reserved)]
     assert len(drawn) == 199 * 16 and not any(reserve.reserved(ex) for ex in drawn)
     assert sum(map(reserve.reserved, (ex for r in range(1, 200) for ex in round_examples(arith, r, 16, "node/x")))) > 300
+    # groups on reserved problems are never trained on; prompts are drawn from a key only the node knows
+    groups = [SimpleNamespace(example_id=ex.id) for ex in checks[0][:3] + drawn[:3]]
+    assert reserve.trainable(groups) == groups[3:]
+    assert reserve.private("node/peer/Qm1") != Reserve(arith, 0.2).private("node/peer/Qm1") != "node/peer/Qm1"
     # another node (another key) reserves other problems; the same key, the same ones (a resumed node)
     assert {ex.question for ex in Reserve(arith, 0.2).next_slice(300)} != {ex.question for ex in checks[0]}
     again = Reserve(arith, 0.2, reserve.key)
@@ -103,30 +110,35 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     trainer.step(batch)
     guard.step(batch, taught_by={"peer-a", "peer-b"})
     alone, alone_state = [a.clone() for a in guard.alone], guard.shadow.optimizer.state_dict()
-    _answers(monkeypatch, mixed_right=30, alone_right=50)  # b = 20 of 100
+    _answers(monkeypatch, mixed_right=41, alone_right=50)  # b = 9 of 100: not above 3 sqrt(9) alone
     verdict = guard.check(2)
     assert verdict.distrusted == {} and verdict.locked_until == 0 and not _equal(_weights(tiny_policy), alone)
-    _answers(monkeypatch, mixed_right=30, alone_right=50)  # pooled: B - C = 40 > 2 sqrt(40) = 12.6
+    _answers(monkeypatch, mixed_right=41, alone_right=50)  # pooled: B - C = 18 > 2 sqrt(18) = 8.5
     verdict = guard.check(7)
     assert verdict.distrusted == {"peer-a": 17, "peer-b": 17} and verdict.stats["guard/resets"] == 1
     assert verdict.locked_until == 17 and verdict.admitted == set()  # until then only vouched peers teach: none
-    assert verdict.stats["guard/gap"] == 0.2 and abs(verdict.stats["guard/bar"] - 2 * 40 ** 0.5 / 200) < 1e-9
+    assert verdict.stats["guard/gap"] == 0.09 and abs(verdict.stats["guard/bar"] - 2 * 18 ** 0.5 / 200) < 1e-9
     assert _equal(_weights(tiny_policy), alone)  # the trained weights are the copy's again
     moments = trainer.optimizer.state_dict()["state"][0]["exp_avg"]
     assert torch.equal(moments, alone_state["state"][0]["exp_avg"])  # and so is the optimizer state
     assert moments.data_ptr() != guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"].data_ptr()  # a copy
     assert guard.taught == {} and guard.known == {"peer-a", "peer-b"}
 
-    guard.step(batch, taught_by={"peer-a", "peer-c"})
-    _answers(monkeypatch, mixed_right=30, alone_right=50)
-    assert guard.check(20).distrusted == {}  # one check is not enough ...
-    _answers(monkeypatch, mixed_right=30, alone_right=50)
+    guard.step(batch, taught_by={"peer-a", "peer-c", "peer-known"})
+    guard.known.add("peer-known")  # it taught before a verdict and was never blamed
+    _answers(monkeypatch, mixed_right=41, alone_right=50)
+    assert guard.check(20).distrusted == {}  # one small gap is not enough ...
+    _answers(monkeypatch, mixed_right=41, alone_right=50)
     verdict = guard.check(25)
-    # ... two are: peer-a taught before the last verdict (no ban: ids are free, an established peer's
-    # are not); the second harm within 200 rounds doubles the lockdown
-    assert verdict.distrusted == {"peer-c": 35} and verdict.locked_until == 45
-    _answers(monkeypatch, mixed_right=30, alone_right=50)
-    assert guard.check(30, last=True).stats["guard/resets"] == 3  # after the last round one check is enough
+    # ... two are: peer-a, banned before and teaching again, for twice as long; peer-c is new; an
+    # established peer is not banned (ids are free, its are not); the second harm within 200 rounds
+    # doubles the lockdown
+    assert verdict.distrusted == {"peer-a": 45, "peer-c": 35} and verdict.locked_until == 45
+    guard.step(batch, taught_by={"peer-d"})
+    _answers(monkeypatch, mixed_right=20, alone_right=50)  # b = 30 > 3 sqrt(30): a harm in one check
+    assert guard.check(30).distrusted == {"peer-d": 40}
+    _answers(monkeypatch, mixed_right=41, alone_right=50)  # after the last round: one check of a whole window
+    assert guard.check(35, last=True).stats["guard/resets"] == 4
 
 
 def test_small_harms_add_up_over_checks_and_a_measured_gain_moves_the_reference_up_and_vouches(
@@ -155,7 +167,7 @@ def test_small_harms_add_up_over_checks_and_a_measured_gain_moves_the_reference_
     assert guard.vouched == {"peer-a"}  # it taught in every round; peer-rare in 1 of 4: not vouched
     guard.step(batch, taught_by={"peer-a", "peer-new"})
     for r in (40, 45):
-        _answers(monkeypatch, mixed_right=30, alone_right=50)
+        _answers(monkeypatch, mixed_right=41, alone_right=50)
         verdict = guard.check(r)
     # the vouched peer is forgiven this once: it teaches in the lockdown, and loses its vouching
     assert verdict.distrusted == {"peer-new": 55} and verdict.admitted == {"peer-a"} and guard.vouched == set()
@@ -177,7 +189,7 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     trainer.step(batch)
     guard.step(batch, taught_by={"peer-a"})
     for r in (5, 10):
-        _answers(monkeypatch, mixed_right=30, alone_right=50)
+        _answers(monkeypatch, mixed_right=41, alone_right=50)
         guard.check(r)  # a harm at round 10: peer-a banned until 20, a lockdown until 20
     trainer.step(batch)
     guard.step(batch, taught_by={"peer-b"})  # evidence since the verdict: one round, one teacher
@@ -201,10 +213,16 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     assert admission.refuses("peer-a", 16) == "distrusted" and admission.refuses("peer-b", 16) == "lockdown"
     assert admission.refuses("peer-b", 20) is None
     # one more check pools with the one before the restart: the same verdict an unbroken run reaches
-    _answers(monkeypatch, mixed_right=30, alone_right=50)
+    _answers(monkeypatch, mixed_right=41, alone_right=50)  # b = 9: a harm only pooled with the 5 before
     assert guard2.check(20).distrusted == {"peer-b": 30}
 
     admission = Admission(Expectations(run_id="r", tokenizer="t", staleness=1), resumed.scorer(arith))
     fresh = build_guard(cfg, trainer2, HFSampler(resumed), arith, None, admission)
     assert _equal(fresh.alone, _weights(resumed)) and fresh.resets == 0  # a new run: the reference is the start
     assert fresh.reserve.key != guard.reserve.key
+    # a state this version cannot read (an older guard.pt) is left, not half-loaded: a fresh guard, and a warning
+    old = {k: v for k, v in guard.state_dict().items() if not k.startswith("reserve")}
+    torch.save(old, path / "guard.pt")
+    admission = Admission(Expectations(run_id="r", tokenizer="t", staleness=1), resumed.scorer(arith))
+    again = build_guard(cfg, trainer2, HFSampler(resumed), arith, path, admission)
+    assert again.resets == 0 and _equal(again.alone, _weights(resumed)) and admission.refuses("peer-a", 16) is None

@@ -71,9 +71,15 @@ from swarm_node.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 Z = 2.0  # standard deviations of the paired difference a verdict needs
+Z_ONE = 3.0  # ... the latest check alone needs (a harm pooling would dilute; 1 false alarm in ~740 checks)
 WINDOW, CONFIRM = 3, 2  # checks pooled, checks a verdict needs (1 after the last round)
+SMALL_WINDOW = 150  # problems per window below which the guard warns that it only sees large harms
 MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
 LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
+
+
+STATE_KEYS = {"alone", "optimizer", "taught", "rounds", "known", "offences", "vouched", "recent", "harms", "resets",
+              "bans", "locked_until", "lockdown_admits", "reserve_key", "reserve_share", "reserve_cursor", "reserve_order"}
 
 
 @dataclass
@@ -100,10 +106,7 @@ class Guard:
         self.params = self.policy.trainable_parameters()
         self.alone = [p.detach().clone() for p in self.params]  # the reference's weights while not swapped in
         self.checks = 0  # the reference's weights are sampler version -checks (trained weights have versions >= 0)
-        self.reserve = Reserve(task, reserve_share)  # the checks' problems: secret, never trained on
-        if len(self.reserve.pool) < WINDOW:
-            raise ValueError(f"swarm.guard_reserve = {reserve_share} keeps {len(self.reserve.pool)} of {task.name}'s "
-                             f"train problems; the guard needs at least {WINDOW}: raise it")
+        self.reserve = self._reserve(reserve_share)  # the checks' problems: secret, never trained on
         self.taught: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last verdict
         self.rounds = 0  # rounds since the last verdict
         self.known: set[str] = set()  # peers that taught before the last verdict
@@ -131,7 +134,8 @@ class Guard:
         """Compare mixed with alone on a fresh slice, act on a verdict (module docstring); `last`:
         after the run's last round, when one check is enough."""
         start = time.perf_counter()
-        examples = self.reserve.next_slice(min(self.examples, len(self.reserve.pool) // WINDOW))
+        per_check = min(self.examples, len(self.reserve.pool) // WINDOW)
+        examples = self.reserve.next_slice(WINDOW * per_check if last else per_check)  # the last: a whole window
         self.sampler.sync(self.policy, self.trainer.policy_version)
         mixed = self._solved(examples)  # [n]
         self.checks += 1
@@ -141,21 +145,24 @@ class Guard:
                 alone = self._solved(examples)  # [n]
         finally:
             self.sampler.sync(self.policy, self.trainer.policy_version)
-        self.recent = [*self.recent, (int((alone & ~mixed).sum()), int((mixed & ~alone).sum()), len(examples))][-WINDOW:]
+        latest = (int((alone & ~mixed).sum()), int((mixed & ~alone).sum()), len(examples))
+        self.recent = [latest] if last else [*self.recent, latest][-WINDOW:]  # the last check is the whole window
         B, C, N = (sum(x) for x in zip(*self.recent))
         bar = max(self.margin * N, Z * math.sqrt(B + C))
+        b, c, n = latest
+        fresh_harm = not last and b - c > max(self.margin * n, Z_ONE * math.sqrt(b + c))  # poison since the last check
         ready = len(self.recent) >= (1 if last else CONFIRM)
         verdict = Verdict({})
-        if ready and B - C > bar:
+        if ready and B - C > bar or fresh_harm:
             self._harm(round_index, verdict)
-            log.warning("guard: peers' data made this node worse (over %d fresh examples alone solves %d more, bar "
-                        "%.1f): back to the weights trained on our own groups; %d new peer(s) distrusted %s; only %d "
-                        "vouched for teach until round %d", N, B - C, bar, len(verdict.distrusted),
-                        sorted(verdict.distrusted), len(verdict.admitted), verdict.locked_until)
+            log.warning("guard: peers' data made this node worse (over %d reserved problems alone solves %d more, bar "
+                        "%.1f; the latest check %d more of %d): back to the weights trained on our own groups; %d peer(s) "
+                        "distrusted %s; only %d vouched for teach until round %d", N, B - C, bar, b - c, n,
+                        len(verdict.distrusted), sorted(verdict.distrusted), len(verdict.admitted), verdict.locked_until)
         elif ready and C - B > bar:
             self._copy(self.params, self.alone, self.trainer.optimizer, into=self.shadow.optimizer)
             self.vouched |= {p for p, n in self.taught.items() if 2 * n >= self.rounds}
-        if ready and abs(B - C) > bar:
+        if ready and abs(B - C) > bar or fresh_harm:
             self.known |= self.taught.keys()
             self.taught, self.rounds, self.recent = Counter(), 0, []
         verdict.stats.update({M.GUARD_MIXED: float(mixed.float().mean()), M.GUARD_ALONE: float(alone.float().mean()),
@@ -167,8 +174,8 @@ class Guard:
         """Back to alone; distrust the new teachers; a lockdown for all but the vouched."""
         self._copy(self.alone, self.params, self.shadow.optimizer, into=self.trainer.optimizer)
         self.trainer.policy_version += 1  # new weights: the sampler syncs, packets say so
-        taught = set(self.taught)
-        for peer in sorted(taught - self.known - self.vouched):
+        taught = set(self.taught)  # new ids, and ids banned before that taught again: each ban doubles
+        for peer in sorted(p for p in taught - self.vouched if p not in self.known or self.offences[p]):
             self.offences[peer] += 1
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
         forgiven = taught & self.vouched  # this once
@@ -187,13 +194,19 @@ class Guard:
                 "offences": dict(self.offences), "vouched": sorted(self.vouched), "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
                 "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits),
-                "reserve_key": self.reserve.key.hex()}
+                "reserve_key": self.reserve.key.hex(), "reserve_share": self.reserve.share,
+                "reserve_cursor": self.reserve.cursor, "reserve_order": list(self.reserve.order)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from `state_dict()`'s output (the trainable weights' shapes must match)."""
+        """Continue from `state_dict()`'s output; ValueError (and nothing changed) if it is not one that fits."""
         shapes = [tuple(p.shape) for p in self.params]
-        if [tuple(a.shape) for a in state["alone"]] != shapes:
-            raise ValueError(f"the guard's saved reference has other shapes than the trainable weights ({len(shapes)} tensors)")
+        missing = STATE_KEYS - state.keys()
+        if missing or [tuple(a.shape) for a in state["alone"]] != shapes:
+            raise ValueError(f"the saved guard state lacks {sorted(missing)}" if missing else
+                             f"the guard's saved reference has other shapes than the trainable weights ({len(shapes)} tensors)")
+        if state["reserve_share"] != self.reserve.share:  # problems trained on must not join the reserve
+            log.warning("swarm.guard_reserve %s differs from the run's %s: the run's is kept", self.reserve.share,
+                        state["reserve_share"])
         for a, saved in zip(self.alone, state["alone"]):
             a.copy_(saved)
         self.shadow.optimizer.load_state_dict(state["optimizer"])
@@ -202,7 +215,21 @@ class Guard:
         self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
         self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
         self.lockdown_admits = frozenset(state["lockdown_admits"])
-        self.reserve = Reserve(self.task, self.reserve.share, bytes.fromhex(state["reserve_key"]))  # the same problems
+        self.reserve = self._reserve(state["reserve_share"], bytes.fromhex(state["reserve_key"]))  # the same problems
+        self.reserve.order, self.reserve.cursor = list(state["reserve_order"]), state["reserve_cursor"]
+
+    def _reserve(self, share: float, key: bytes | None = None) -> Reserve:
+        """The reserve, with enough problems for a window (`limit`: more are not needed; a huge split is not scanned)."""
+        reserve = Reserve(self.task, share, key, limit=WINDOW * self.examples)
+        if len(reserve.pool) < WINDOW:
+            raise ValueError(f"swarm.guard_reserve = {share} keeps {len(reserve.pool)} of {self.task.name}'s "
+                             f"train problems; the guard needs at least {WINDOW}: raise it")
+        window = WINDOW * min(self.examples, len(reserve.pool) // WINDOW)
+        if window < SMALL_WINDOW:
+            log.warning("the guard's reserve holds %d problems (%s of %s's): it sees a harm only above about %.0f "
+                        "points; raise swarm.guard_reserve or use a task with more problems", len(reserve.pool), share,
+                        self.task.name, 100 * max(self.margin, Z / math.sqrt(window)))
+        return reserve
 
     @torch.no_grad()
     def _copy(self, source: list[torch.Tensor], target: list[torch.Tensor], source_opt: torch.optim.Optimizer,

@@ -39,12 +39,12 @@ PLATEAU = 20_000  # examples scanned without a new problem: the rest of the spli
 class Reserve:
     """The reserved problems of `task`'s train split: a secret `share` of them."""
 
-    def __init__(self, task: Task, share: float, key: bytes | None = None):
-        self.task, self.share = task, share
+    def __init__(self, task: Task, share: float, key: bytes | None = None, limit: int | None = None):
+        """`limit`: the checks need at most this many problems; the scan of the split stops there."""
+        self.task, self.share, self.limit = task, share, limit
         self.key = key if key is not None else random.SystemRandom().getrandbits(128).to_bytes(16, "big")
-        self.rng = random.Random(random.SystemRandom().getrandbits(64))  # the order of the checks: secret
         self.pool = self._pool()  # train indices, one per reserved problem
-        self.order: list[int] = []
+        self.order = random.Random(random.SystemRandom().getrandbits(64)).sample(self.pool, len(self.pool))  # secret
         self.cursor = 0
 
     def reserved(self, example: Example) -> bool:
@@ -58,14 +58,21 @@ class Reserve:
         return example is not None and self.reserved(example)
 
     def next_slice(self, n: int) -> list[Example]:
-        """The next `n` reserved problems (fewer if the reserve is smaller)."""
-        n = min(n, len(self.pool))
-        if self.cursor + n > len(self.order):
-            self.order, self.cursor = self.rng.sample(self.pool, len(self.pool)), 0
+        """The next `n` reserved problems of one secret order, read cyclically: with n at most a third
+        of the reserve, any 3 consecutive slices hold distinct problems."""
+        n = min(n, len(self.order))
         train = self.task.split("train")
-        chosen = self.order[self.cursor:self.cursor + n]
-        self.cursor += n
+        chosen = [self.order[(self.cursor + k) % len(self.order)] for k in range(n)]
+        self.cursor = (self.cursor + n) % len(self.order)
         return [train[i] for i in chosen]
+
+    def trainable(self, groups: list) -> list:
+        """The groups not on a reserved problem (the others are never trained on, whoever sent them)."""
+        return [g for g in groups if not self.holds(g.example_id)]
+
+    def private(self, key: str) -> str:
+        """`key` made secret: prompts drawn from a public key would show which candidates were skipped."""
+        return hashlib.blake2b(key.encode("utf-8"), key=self.key, digest_size=16).hexdigest()
 
     def _pool(self) -> list[int]:
         """One train index per reserved problem. A generated split repeats a small problem space (arith:
@@ -73,7 +80,7 @@ class Reserve:
         with no new problem."""
         train, seen, first, last_new = self.task.split("train"), set(), {}, 0
         for i in range(len(train)):
-            if i - last_new > PLATEAU:
+            if i - last_new > PLATEAU or self.limit is not None and len(first) >= self.limit:
                 break
             example = train[i]
             if example.question not in seen:
