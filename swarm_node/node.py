@@ -146,8 +146,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
 def build_guard(cfg: NodeConfig, trainer: Trainer, sampler: Sampler, task: Task, checkpoint: Path | None,
                 admission: Admission) -> Guard:
     """The guard, with the reference, bans and lockdown it had at `checkpoint` (when resuming)."""
-    shadow = Trainer(trainer.policy, cfg.train, cfg.loss, cfg.rollout.temperature)
-    guard = Guard(trainer, shadow, sampler, task, cfg.swarm.guard_examples, cfg.rollout.max_new_tokens,
+    shadow = Trainer(trainer.policy, cfg.train, cfg.loss, cfg.rollout.temperature, sampler.on_policy)
+    guard = Guard(trainer, shadow, sampler, task, cfg.swarm.guard_examples, cfg.rollout,
                   cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds, cfg.swarm.guard_reserve)
     saved = load_extra(checkpoint, "guard") if checkpoint is not None else None
     try:
@@ -277,7 +277,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 # ---------------------------------------------------------------- guard
                 if guard is not None:  # a copy learns from the same own groups; peers must not leave us behind it
                     taught = {s for s, signal in zip(sources, batch.in_signal_group().tolist()) if signal} - {OWN} - trusted
-                    seconds = guard.step(batch, taught_by=taught)  # in horizontal mode too, where groups merge
+                    seconds = guard.step(examples, round_seed(draws, r), taught_by=taught)
                     if _due(r, cfg.swarm.guard_every, last):
                         verdict = guard.check(r, last=r == last)
                         admission.distrust(verdict.distrusted, verdict.locked_until, verdict.admitted)

@@ -22,7 +22,8 @@ def _guard(policy, task, n=100):
     cfg.train.lr = 1e-2
     trainer = Trainer(policy, cfg.train, cfg.loss, 1.0)
     shadow = Trainer(policy, cfg.train, cfg.loss, 1.0)
-    return trainer, Guard(trainer, shadow, HFSampler(policy), task, n, 5, margin=0.02, ban_rounds=10, reserve_share=0.2)
+    return trainer, Guard(trainer, shadow, HFSampler(policy), task, n, RolloutConfig(group_size=4, max_new_tokens=5),
+                          margin=0.02, ban_rounds=10, reserve_share=0.2)
 
 
 def _batch(policy, task, own, peer):
@@ -62,6 +63,23 @@ def _answers(monkeypatch, mixed_right: int, alone_right: int, n: int = 100):
     monkeypatch.setattr(guard_module, "solved", solved)
 
 
+def _with_signal(monkeypatch) -> list:
+    """The groups the guard's copy samples get half of each group right (a random tiny model gets none):
+    a signal to learn from. Returns the list each call's groups are appended to."""
+    sampled = []
+
+    def generate(sampler, policy, task, examples, rollout, seed):
+        groups = generate_groups(sampler, policy, task, examples, rollout, seed)
+        for g in groups:
+            for i, c in enumerate(g.completions):
+                c.reward = float(i % 2)
+        sampled.append(groups)
+        return groups
+
+    monkeypatch.setattr(guard_module, "generate_groups", generate)
+    return sampled
+
+
 def test_checks_use_distinct_reserved_problems_that_no_round_trains_on(arith):
     """The reserve: a secret share of the train problems (by question); consecutive checks share none,
     and the node's own prompts never include one (a peer's group on one is dropped: node.py)."""
@@ -88,27 +106,33 @@ def test_checks_use_distinct_reserved_problems_that_no_round_trains_on(arith):
     assert {arith.split("train")[i].question for i in again.pool} == {arith.split("train")[i].question for i in reserve.pool}
 
 
-def test_the_alone_copy_learns_from_own_rows_only_and_leaves_the_trained_weights_alone(tiny_policy, arith):
+def test_the_alone_copy_learns_only_from_groups_it_samples_itself_and_leaves_the_trained_weights_alone(
+        tiny_policy, arith, monkeypatch):
+    sampled = _with_signal(monkeypatch)
     trainer, guard = _guard(tiny_policy, arith)
-    batch = _batch(tiny_policy, arith, own=2, peer=2)
-    trainer.step(batch)
+    trainer.step(_batch(tiny_policy, arith, own=2, peer=2))  # the trained weights move, peers' rows included
     mixed = _weights(tiny_policy)
-    guard.step(batch, taught_by={"peer-a"})
+    examples = round_examples(arith, 1, 2, "t", exclude=guard.reserve.reserved)
+    guard.step(examples, 7, taught_by={"peer-a"})
     assert _equal(_weights(tiny_policy), mixed)  # the guard's step ran on its own copy
     assert guard.taught == {"peer-a": 1}
-    # the copy is what one step on the own rows alone makes of the same start
+    # the copy is one step on groups that the start weights (the copy's) sampled, not the trained ones
     same_start = Policy.load(ModelConfig(name="tiny-s", init_seed=0))
-    _guard(same_start, arith)[0].step(batch.rows(batch.own.nonzero().flatten()))
+    groups = guard_module.generate_groups(HFSampler(same_start), same_start, arith, examples, guard.rollout, 7)
+    assert [c.tokens.tolist() for g in groups for c in g.completions] == [
+        c.tokens.tolist() for g in sampled[0] for c in g.completions]  # sampled[1]: `groups`
+    _guard(same_start, arith)[0].step(TrainBatch.from_groups(groups, same_start.pad_id, own=[True] * 8))
     assert _equal(_weights(same_start), guard.alone)
     assert not _equal(guard.alone, mixed)
 
 
 def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teachers_and_locks_down(
         tiny_policy, arith, monkeypatch):
+    _with_signal(monkeypatch)
     trainer, guard = _guard(tiny_policy, arith)
     batch = _batch(tiny_policy, arith, own=2, peer=2)
     trainer.step(batch)
-    guard.step(batch, taught_by={"peer-a", "peer-b"})
+    guard.step(round_examples(arith, 1, 2, "t", exclude=guard.reserve.reserved), 0, taught_by={"peer-a", "peer-b"})
     alone, alone_state = [a.clone() for a in guard.alone], guard.shadow.optimizer.state_dict()
     _answers(monkeypatch, mixed_right=41, alone_right=50)  # b = 9 of 100: not above 3 sqrt(9) alone
     verdict = guard.check(2)
@@ -124,7 +148,7 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     assert moments.data_ptr() != guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"].data_ptr()  # a copy
     assert guard.taught == {} and guard.known == {"peer-a", "peer-b"}
 
-    guard.step(batch, taught_by={"peer-a", "peer-c", "peer-known"})
+    guard.step([], 0, taught_by={"peer-a", "peer-c", "peer-known"})
     guard.known.add("peer-known")  # it taught before a verdict and was never blamed
     _answers(monkeypatch, mixed_right=41, alone_right=50)
     assert guard.check(20).distrusted == {}  # one small gap is not enough ...
@@ -134,7 +158,7 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     # established peer is not banned (ids are free, its are not); the second harm within 200 rounds
     # doubles the lockdown
     assert verdict.distrusted == {"peer-a": 45, "peer-c": 35} and verdict.locked_until == 45
-    guard.step(batch, taught_by={"peer-d"})
+    guard.step([], 0, taught_by={"peer-d"})
     _answers(monkeypatch, mixed_right=20, alone_right=50)  # b = 30 > 3 sqrt(30): a harm in one check
     assert guard.check(30).distrusted == {"peer-d": 40}
     _answers(monkeypatch, mixed_right=41, alone_right=50)  # after the last round: one check of a whole window
@@ -146,7 +170,7 @@ def test_small_harms_add_up_over_checks_and_a_measured_gain_moves_the_reference_
     trainer, guard = _guard(tiny_policy, arith)
     batch = _batch(tiny_policy, arith, own=2, peer=2)
     trainer.step(batch)
-    guard.step(batch, taught_by={"peer-a"})
+    guard.step([], 0, taught_by={"peer-a"})
     mixed, alone = _weights(tiny_policy), [a.clone() for a in guard.alone]
     for r in (5, 10, 15):  # b = 2 a check: B = 6 of 300 is not above the margin's 6
         _answers(monkeypatch, mixed_right=40, alone_right=42)
@@ -159,13 +183,13 @@ def test_small_harms_add_up_over_checks_and_a_measured_gain_moves_the_reference_
     trainer.step(batch)
     mixed = _weights(tiny_policy)
     for taught in ({"peer-a", "peer-rare"}, {"peer-a"}, {"peer-a"}, {"peer-a"}):
-        guard.step(batch, taught_by=taught)
+        guard.step([], 0, taught_by=taught)
     for r in (30, 35):
         _answers(monkeypatch, mixed_right=60, alone_right=40)  # mixed ahead, measurably
         verdict = guard.check(r)
     assert verdict.distrusted == {} and verdict.locked_until == 0 and _equal(guard.alone, mixed)
     assert guard.vouched == {"peer-a"}  # it taught in every round; peer-rare in 1 of 4: not vouched
-    guard.step(batch, taught_by={"peer-a", "peer-new"})
+    guard.step([], 0, taught_by={"peer-a", "peer-new"})
     for r in (40, 45):
         _answers(monkeypatch, mixed_right=41, alone_right=50)
         verdict = guard.check(r)
@@ -184,15 +208,16 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     cfg = NodeConfig()
     cfg.train.lr, cfg.swarm.guard_examples, cfg.swarm.guard_margin, cfg.swarm.guard_ban_rounds = 1e-2, 100, 0.02, 10
     cfg.swarm.guard_reserve = 0.2
+    _with_signal(monkeypatch)
     trainer, guard = _guard(tiny_policy, arith)
     batch = _batch(tiny_policy, arith, own=2, peer=2)
     trainer.step(batch)
-    guard.step(batch, taught_by={"peer-a"})
+    guard.step(round_examples(arith, 1, 2, "t", exclude=guard.reserve.reserved), 0, taught_by={"peer-a"})
     for r in (5, 10):
         _answers(monkeypatch, mixed_right=41, alone_right=50)
         guard.check(r)  # a harm at round 10: peer-a banned until 20, a lockdown until 20
     trainer.step(batch)
-    guard.step(batch, taught_by={"peer-b"})  # evidence since the verdict: one round, one teacher
+    guard.step([], 0, taught_by={"peer-b"})  # evidence since the verdict: one round, one teacher
     _answers(monkeypatch, mixed_right=30, alone_right=35)
     guard.check(15)
     save_checkpoint(tmp_path, tiny_policy, trainer.optimizer, {"round": 15, "policy_version": 2}, cfg,

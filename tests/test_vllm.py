@@ -193,8 +193,8 @@ def test_the_guard_checks_both_models_through_the_nodes_engine(node, request, ar
     policy, sampler = request.getfixturevalue(node)
     cfg = load_config(None, ["train.lr=1e-2"])
     trainer = Trainer(policy, cfg.train, cfg.loss, 1.0, sampler.on_policy)
-    guard = Guard(trainer, Trainer(policy, cfg.train, cfg.loss, 1.0), sampler, arith, 8, 16, margin=0.04, ban_rounds=10,
-                  reserve_share=0.2)
+    guard = Guard(trainer, Trainer(policy, cfg.train, cfg.loss, 1.0), sampler, arith, 8,
+                  dataclasses.replace(cfg.rollout, max_new_tokens=16), margin=0.04, ban_rounds=10, reserve_share=0.2)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():  # the reference: other weights than the trained ones
         for a in guard.alone:

@@ -6,7 +6,8 @@ k Sybils choosing them hold k/(k+1) of a step's peer slots (docs/RELIABILITY.md)
 measures what the peers' data did instead, against a reference no peer touches:
 
     mixed   the trained weights: own groups + peers' groups (what the node samples with and offers)
-    alone   a copy trained on the same rounds' own groups only (same objective, its own optimizer)
+    alone   a copy trained only on groups it sampled itself, for the same rounds' prompts (same
+            objective, its own optimizer): the node as it would be had it never joined
 
 Every `swarm.guard_every` rounds (and after the last) both answer up to `swarm.guard_examples` train
 problems greedily, the next ones of the node's reserve (train/reserve.py: a secret share of the train
@@ -43,8 +44,8 @@ ends; they keep their links). Every checkpoint keeps the guard's state (`state_d
 restarted with --resume compares with the same reference and keeps its bans, lockdown and vouching,
 so a crash does not launder a harm that was not yet found into the reference.
 Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
-parameter, in the memory plan: models.estimate_memory), a second training step on the own groups each round
-(`time/guard_s`), and 2 x guard_examples greedy answers per check, through the node's own sampler
+parameter, in the memory plan: models.estimate_memory), a second generation and training step each
+round (`time/guard_s`), and 2 x guard_examples greedy answers per check, through the node's own sampler
 (a vLLM node's engine is synced to the reference for its answers, then back: two syncs a check).
 """
 
@@ -62,11 +63,13 @@ from dataclasses import dataclass, field
 import torch
 
 from swarm_node import metrics as M
+from swarm_node.config import RolloutConfig
 from swarm_node.tasks import Example, Task
 from swarm_node.train.batch import TrainBatch
 from swarm_node.train.evaluate import solved
 from swarm_node.train.reserve import Reserve
 from swarm_node.train.sampling import Sampler
+from swarm_node.train.rollout import generate_groups
 from swarm_node.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -97,15 +100,16 @@ class Guard:
     """The alone reference and its verdicts; `step` after every training step, `check` when due."""
 
     def __init__(self, trainer: Trainer, shadow: Trainer, sampler: Sampler, task: Task, examples: int,
-                 max_new_tokens: int, margin: float, ban_rounds: int, reserve_share: float):
+                 rollout: RolloutConfig, margin: float, ban_rounds: int, reserve_share: float):
         """`trainer`: the mixed weights' (its policy holds them); `shadow`: a second Trainer of the same
         policy; `sampler`: the node's, synced to each model in turn; `examples`: answered by each model per
         check; `reserve_share`: of the train problems, kept for the checks (`self.reserve`)."""
         self.policy, self.trainer, self.shadow, self.sampler, self.task = trainer.policy, trainer, shadow, sampler, task
-        self.examples, self.max_new_tokens, self.margin, self.ban_rounds = examples, max_new_tokens, margin, ban_rounds
+        self.examples, self.rollout, self.margin, self.ban_rounds = examples, rollout, margin, ban_rounds
+        self.max_new_tokens = rollout.max_new_tokens
         self.params = self.policy.trainable_parameters()
         self.alone = [p.detach().clone() for p in self.params]  # the reference's weights while not swapped in
-        self.checks = 0  # the reference's weights are sampler version -checks (trained weights have versions >= 0)
+        self.alone_version = 0  # the sampler's version for the reference's weights: a new negative one each time
         self.reserve = self._reserve(reserve_share)  # the checks' problems: secret, never trained on
         self.taught: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last verdict
         self.rounds = 0  # rounds since the last verdict
@@ -118,17 +122,31 @@ class Guard:
         self.bans: dict[str, int] = {}  # peer -> round its latest ban ends (what admission was told)
         self.locked_until, self.lockdown_admits = 0, frozenset[str]()  # the latest lockdown
 
-    def step(self, batch: TrainBatch, taught_by: set[str]) -> float:
-        """Train alone on the own rows of `batch`; `taught_by`: untrusted peers with a row of a group
-        with signal in it. Returns the seconds taken."""
+    def step(self, examples: list[Example], seed: int, taught_by: set[str]) -> float:
+        """Alone samples its own groups for this round's prompts and trains on them: never on what the
+        trained model wrote (poison that narrows what it writes would otherwise slow both copies alike).
+        `taught_by`: untrusted peers with a row of a group with signal in the round's step. Returns the
+        seconds taken."""
         start = time.perf_counter()
         self.taught.update(taught_by)
         self.rounds += 1
-        own = batch.own.nonzero().flatten()  # [k]
-        if len(own):
+        examples = [ex for ex in examples if not self.reserve.reserved(ex)]  # horizontal mode: the run's prompts
+        if not examples:
+            return time.perf_counter() - start
+        try:
             with self._alone_in_place():
-                self.shadow.step(batch.rows(own))
+                self._sync_alone()
+                groups = generate_groups(self.sampler, self.policy, self.task, examples, self.rollout, seed)
+                self.shadow.step(TrainBatch.from_groups(groups, self.policy.pad_id,
+                                                        own=[True] * sum(len(g.completions) for g in groups)))
+        finally:
+            self.sampler.sync(self.policy, self.trainer.policy_version)
         return time.perf_counter() - start
+
+    def _sync_alone(self) -> None:
+        """The sampler to the reference's weights (in place now): a version no weights had before."""
+        self.alone_version -= 1
+        self.sampler.sync(self.policy, self.alone_version)
 
     def check(self, round_index: int, last: bool = False) -> Verdict:
         """Compare mixed with alone on a fresh slice, act on a verdict (module docstring); `last`:
@@ -138,10 +156,9 @@ class Guard:
         examples = self.reserve.next_slice(WINDOW * per_check if last else per_check)  # the last: a whole window
         self.sampler.sync(self.policy, self.trainer.policy_version)
         mixed = self._solved(examples)  # [n]
-        self.checks += 1
         try:
             with self._alone_in_place():
-                self.sampler.sync(self.policy, -self.checks)
+                self._sync_alone()
                 alone = self._solved(examples)  # [n]
         finally:
             self.sampler.sync(self.policy, self.trainer.policy_version)
