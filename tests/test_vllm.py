@@ -282,14 +282,17 @@ def test_a_vllm_node_and_an_hf_node_train_together(tmp_path, monkeypatch, warm_m
     for t in threads:
         t.join(500)
     assert not errors, errors
-    assert built == ["A"] and len(synced) == 3  # A sampled with vLLM and synced after each of its 3 steps
-    assert synced == sorted(synced) and synced[-1] == rows["A"][-1]["train/policy_version"] >= 1
+    trained = [v for v in synced if v >= 0]  # negative versions: the guard's alone copy, through the same engine
+    assert built == ["A"] and len(trained) >= 3  # A sampled with vLLM and synced after each of its 3 steps
+    assert trained == sorted(trained) and trained[-1] == rows["A"][-1]["train/policy_version"] >= 1
+    assert any(v < 0 for v in synced) and synced[-1] >= 0  # the guard syncs its copy in and the trained weights back
     for name in ("A", "B"):
         trained = rows[name][1:]
         assert [r["round"] for r in trained] == [1, 2, 3]
-        for row in trained:
-            assert row["swarm/packets_accepted"] >= 1 and row["swarm/peer_groups_used"] >= 1
+        for row in trained:  # a peer's group on a problem of our guard's reserve is dropped, so not every round has one
+            assert row["swarm/packets_accepted"] >= 1
             assert row["train/groups"] == 2 + row["swarm/peer_groups_used"] and row["swarm/packets_rejected"] == 0
+        assert sum(row["swarm/peer_groups_used"] for row in trained) >= 1
         assert "eval/accuracy" in rows[name][-1]
         assert json.loads((tmp_path / name / "status.json").read_text())["state"] == "finished"
 
