@@ -9,7 +9,7 @@ One round of one node (node.py reads top to bottom in this order):
     admit     swarm/admit.py                        decode, check, re-score, refuse echoes
     combine   train/rollout.py                      own + admitted peer groups (vertical | horizontal)
     train     train/batch.py -> train/trainer.py    one TrainBatch of tensors -> F-TIS (train/loss.py)
-    guard     train/guard.py -> swarm/admit.py      a copy learns from own groups only; every k rounds,
+    guard     train/guard.py -> swarm/admit.py      a copy learns alone from its own samples; every k rounds,
                                                     on a secret reserve of problems nothing trains on
                                                     (train/reserve.py), if peers left us measurably
                                                     behind it: back to it, only vouched peers teach

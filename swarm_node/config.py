@@ -243,7 +243,7 @@ class SwarmConfig:
     trusted_peers: list[str] = field(default_factory=list)
     """If non-empty, train only on packets from these peer ids (private swarms); others are rejected."""
     guard_every: int | None = None
-    """Every this many rounds (and after the last) compare the model with a copy trained on our own groups only, on train examples no peer knows; if peers made it measurably worse, go back to the copy and train only on vouched peers for a while (train/guard.py). None = 5 in an open swarm, 0 (off) with trusted_peers."""
+    """Every this many rounds (and after the last) compare the model with a copy that learns alone from its own samples, on reserved problems no peer knows and nothing trains on; if peers made it measurably worse, go back to the copy and train only on vouched peers for a while (train/guard.py). None = 5 in an open swarm, 0 (off) with trusted_peers."""
     guard_examples: int | None = None
     """Reserved train problems each model answers per guard check (at most a third of the reserve). None = 500 for tiny presets, 200 for real models."""
     guard_margin: float = 0.04

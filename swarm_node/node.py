@@ -248,8 +248,9 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     row.update(exchange.offer(r, trainer.policy_version, own))
                     # ------------------------------------------------------------ collect + admit
                     accepted, swarm_stats = exchange.collect(r, admission)
-                    for peer, packet in accepted:
-                        buffer.add(trainable(packet.groups), peer)
+                    kept = [(peer, trainable(packet.groups)) for peer, packet in accepted]  # reserved problems out
+                    for peer, groups in kept:
+                        buffer.add(groups, peer)
                     row.update(swarm_stats)
 
                 # ---------------------------------------------------------------- combine
@@ -270,12 +271,11 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     exchange.credit(accepted, set(sources) - {OWN},
                                     implausible_only(sources, batch.rewards > 0, trainer.implausible),
                                     useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)},
-                                    teaching={peer for peer, packet in accepted
-                                              if any(map(has_signal, trainable(packet.groups)))},
+                                    teaching={peer for peer, groups in kept if any(map(has_signal, groups))},
                                     round_index=r)
 
                 # ---------------------------------------------------------------- guard
-                if guard is not None:  # a copy learns from the same own groups; peers must not leave us behind it
+                if guard is not None:  # a copy learns alone from its own samples; peers must not leave us behind it
                     taught = {s for s, signal in zip(sources, batch.in_signal_group().tolist()) if signal} - {OWN} - trusted
                     seconds = guard.step(examples, round_seed(draws, r), taught_by=taught)
                     if _due(r, cfg.swarm.guard_every, last):

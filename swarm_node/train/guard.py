@@ -10,12 +10,13 @@ measures what the peers' data did instead, against a reference no peer touches:
             objective, its own optimizer): the node as it would be had it never joined
 
 Every `swarm.guard_every` rounds (and after the last) both answer up to `swarm.guard_examples` train
-problems greedily, the next ones of the node's reserve (train/reserve.py: a secret share of the train
-problems that neither copy ever trains on, so the check measures skill, not recall; no peer can know
-them, nor answer them specially; a check takes at most a third of the reserve, so a window's are distinct). Per check b = solved by alone only, c = solved by mixed only (McNemar's
+problems greedily, the next ones of the node's reserve (train/reserve.py: a secret share of the
+train problems that neither copy ever trains on, so the check measures skill, not recall; no peer
+can know them, nor answer them specially; a check takes at most a third of the reserve, so a
+window's are distinct). Per check b = solved by alone only, c = solved by mixed only (McNemar's
 discordant pairs); over the last 3 checks since the last verdict B = sum b, C = sum c, N examples,
-and the bar max(guard_margin * N, 2 sqrt(B + C)) (two standard deviations of B - C when the two
-are equally good). A verdict needs at least 2 checks (the gap of two equally good models swings:
+and the bar max(guard_margin * N, 2 sqrt(B + C)) (two standard deviations of B - C when the two are
+equally good). A verdict needs at least 2 checks (the gap of two equally good models swings:
 -0.14 to +0.13 within one honest run of 100 rounds), except after the last round:
 
     B - C > bar   harm: mixed <- alone (weights and optimizer state). The untrusted peers that
@@ -106,7 +107,6 @@ class Guard:
         check; `reserve_share`: of the train problems, kept for the checks (`self.reserve`)."""
         self.policy, self.trainer, self.shadow, self.sampler, self.task = trainer.policy, trainer, shadow, sampler, task
         self.examples, self.rollout, self.margin, self.ban_rounds = examples, rollout, margin, ban_rounds
-        self.max_new_tokens = rollout.max_new_tokens
         self.params = self.policy.trainable_parameters()
         self.alone = [p.detach().clone() for p in self.params]  # the reference's weights while not swapped in
         self.alone_version = 0  # the sampler's version for the reference's weights: a new negative one each time
@@ -272,4 +272,4 @@ class Guard:
 
     def _solved(self, examples: list[Example]) -> torch.Tensor:
         """[n] bool: the greedy answer of the weights in place scores 1 on each example."""
-        return torch.tensor(solved(self.sampler, self.policy, self.task, examples, self.max_new_tokens))
+        return torch.tensor(solved(self.sampler, self.policy, self.task, examples, self.rollout.max_new_tokens))
