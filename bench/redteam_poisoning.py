@@ -44,7 +44,7 @@ def honest_shares(log: str, honest_id: str) -> dict:
             "steps_without_honest": [r for r, s in steps if s == 0]}
 
 
-LATE_CHECKS = 5  # the guard's last checks (rounds 80-100: 2,500 fresh train examples), averaged
+LATE_CHECKS = 5  # the last guard checks and held-out evaluations averaged (rounds 80-100 of 100)
 
 
 def guard_figures(v_rows: list[dict], h_rows: list[dict]) -> dict:
@@ -52,18 +52,15 @@ def guard_figures(v_rows: list[dict], h_rows: list[dict]) -> dict:
     LATE_CHECKS checks and over its last LATE_CHECKS held-out evaluations (rounds 80-100): where
     training ended, steadier than one evaluation (a tiny model's score swings by 10 points from one
     check to the next); and that of V's alone copy."""
-    def late(rows, key="guard/mixed_accuracy"):
-        checks = [r[key] for r in rows if key in r][-LATE_CHECKS:]
-        return round(float(np.mean(checks)), 4) if checks else None
+    def late(rows, key):  # the mean of the last LATE_CHECKS values of `key` after round 0, if there are as many
+        values = [r[key] for r in rows if key in r and r["round"] > 0][-LATE_CHECKS:]
+        return round(float(np.mean(values)), 4) if len(values) == LATE_CHECKS else None
 
-    def late_eval(rows):
-        evals = [r["eval/accuracy"] for r in rows if "eval/accuracy" in r and r["round"] > 0][-LATE_CHECKS:]
-        return round(float(np.mean(evals)), 4) if len(evals) == LATE_CHECKS else None
-
-    return {"victim_late_eval": late_eval(v_rows), "honest_late_eval": late_eval(h_rows),
+    return {"victim_late_eval": late(v_rows, "eval/accuracy"), "honest_late_eval": late(h_rows, "eval/accuracy"),
             "victim_guard_resets": max((r.get("guard/resets", 0) for r in v_rows), default=0),
             "victim_lockdown_rounds": sum(1 for r in v_rows if r.get("guard/lockdown_rounds", 0) > 0),
-            "victim_late": late(v_rows), "honest_late": late(h_rows), "victim_late_alone": late(v_rows, "guard/alone_accuracy")}
+            "victim_late": late(v_rows, "guard/mixed_accuracy"), "honest_late": late(h_rows, "guard/mixed_accuracy"),
+            "victim_late_alone": late(v_rows, "guard/alone_accuracy")}
 
 
 def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", seed: int = 0,
