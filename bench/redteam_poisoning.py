@@ -45,6 +45,7 @@ def honest_shares(log: str, honest_id: str) -> dict:
 
 
 LATE_CHECKS = 5  # the last guard checks and held-out evaluations averaged (rounds 80-100 of 100)
+LINGER_S = 1500  # V and H keep serving after their last round until both are done (then stopped); a cell fails after this
 
 
 def guard_figures(v_rows: list[dict], h_rows: list[dict]) -> dict:
@@ -74,6 +75,9 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
     started, t0 = [], time.time()
     # every 5 rounds: the mean of the last 5 evaluations is where a run ended, without one snapshot's swing
     evaluate = ["--set", "train.eval_every=5", *(["--set", f"task.eval_limit={eval_limit}"] if eval_limit is not None else [])]
+    # V and H serve their last packet until both are done: the one left alone used to wait the 20 s deadline
+    # for the other each round (alone_wait_s=null, so that V waits for H at the start): 766-863 s cells
+    evaluate += ["--set", f"swarm.linger_s={LINGER_S}"]
     try:
         v = NodeProcess.join([*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
         started.append(v.start())
@@ -90,7 +94,9 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
             evils.append(e)
         ids = [e.wait_line("ATTACKER ", 300).split()[1] for e in evils]
         for node in (v, h):
-            assert node.wait(1500) == 0, node.text()
+            node.wait_rows(lambda rows: len(rows) > rounds, LINGER_S, f"{node.name}'s {rounds} rounds")
+        for node in (v, h):
+            node.stop()
         for e in evils:
             e.popen.terminate()
             e.wait(60)

@@ -216,13 +216,9 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
     draws = draws_key(cfg.train.seed, exchange.transport.peer_id if exchange is not None else None)
     prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{draws}"
     trusted = frozenset(cfg.swarm.trusted_peers)  # their negatives count as the paper's (loss.teach_only)
-    # the guard's reserve is never trained on: our prompts avoid it, drawn in a secret order that shows no
-    # skipped candidate (horizontal mode: all answer the run's), and groups on it never enter the buffer
-    reserved, trainable = None, lambda groups: groups
-    if guard is not None:
-        trainable = guard.reserve.trainable
-        if cfg.swarm.mode == "vertical":
-            reserved, prompt_key = guard.reserve.reserved, guard.reserve.private(prompt_key)
+    # the guard's reserve is never trained on: we draw, answer and offer prompts as if there were none (what
+    # we offer shows nothing of it), and groups on it, ours and peers', never enter the buffer
+    trainable = guard.reserve.trainable if guard is not None else (lambda groups: groups)
     metrics, tracker, rows, last = None, None, [], cfg.train.rounds
     status.update(state="running", round=p.first - 1, policy_version=trainer.policy_version)
     finished = False
@@ -235,7 +231,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
             if r > 0:
                 # ---------------------------------------------------------------- generate
                 t = time.perf_counter()
-                examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key, reserved)
+                examples = round_examples(p.task, r, cfg.rollout.prompts_per_round, prompt_key)
                 own = sample_groups(sampler, scorer, examples, cfg.rollout, round_seed(draws, r))
                 texts = scorer.score(own)
                 buffer.add(trainable(own), OWN)

@@ -80,26 +80,33 @@ def _with_signal(monkeypatch) -> list:
     return sampled
 
 
+def _unreserved(reserve: Reserve, task, k: int) -> list[Example]:
+    """`k` train examples of round 1 that are not reserved (the guard's copy trains on those only)."""
+    return [ex for ex in round_examples(task, 1, 4 * k + 8, "t") if not reserve.reserved(ex)][:k]
+
+
 def test_checks_use_distinct_reserved_problems_that_no_round_trains_on(arith):
-    """The reserve: a secret share of the train problems (by question); consecutive checks share none,
-    and the node's own prompts never include one (a peer's group on one is dropped: node.py)."""
+    """The reserve: a secret share of the train problems (twins together); consecutive checks share none;
+    the node draws and offers its prompts as if there were none, and trains on no group on one (node.py)."""
     reserve = Reserve(arith, 0.2)
     questions = {ex.question for ex in arith.split("train")[:20000]}
     kept = {q for q in questions if reserve.reserved(Example("x", q, "0"))}
     assert 0.1 < len(kept) / len(questions) < 0.3
+    twins = [(f"What is {a} plus {b}?", f"What is {b} plus {a}?") for a in range(10) for b in range(a)]
+    assert all(reserve.reserved(Example("x", p, "0")) == reserve.reserved(Example("y", q, "0")) for p, q in twins)
+    assert any(reserve.reserved(Example("x", p, "0")) for p, _ in twins)  # 45 pairs, a fifth of them reserved
     checks = [reserve.next_slice(100) for _ in range(6)]
     asked = [{ex.question for ex in c} for c in checks]
     assert all(len(a) == 100 for a in asked)
     for k in range(4):  # every window of 3 consecutive checks (the verdict pools them) holds distinct problems
         assert len(asked[k] | asked[k + 1] | asked[k + 2]) == 300
     assert all(reserve.reserved(ex) and reserve.holds(ex.id) for c in checks for ex in c)
-    drawn = [ex for r in range(1, 200) for ex in round_examples(arith, r, 16, "node/x", exclude=reserve.reserved)]
-    assert len(drawn) == 199 * 16 and not any(reserve.reserved(ex) for ex in drawn)
-    assert sum(map(reserve.reserved, (ex for r in range(1, 200) for ex in round_examples(arith, r, 16, "node/x")))) > 300
-    # groups on reserved problems are never trained on; prompts are drawn from a key only the node knows
-    groups = [SimpleNamespace(example_id=ex.id) for ex in checks[0][:3] + drawn[:3]]
+    # our draws hold reserved problems at the reserve's share: the prompts we offer show nothing of it
+    drawn = [ex for r in range(1, 200) for ex in round_examples(arith, r, 16, "node/x")]
+    assert 0.15 < sum(map(reserve.reserved, drawn)) / len(drawn) < 0.25
+    # groups on reserved problems are never trained on, ours or a peer's
+    groups = [SimpleNamespace(example_id=ex.id) for ex in checks[0][:3] + _unreserved(reserve, arith, 3)]
     assert reserve.trainable(groups) == groups[3:]
-    assert reserve.private("node/peer/Qm1") != Reserve(arith, 0.2).private("node/peer/Qm1") != "node/peer/Qm1"
     # another node (another key) reserves other problems; the same key, the same ones (a resumed node)
     assert {ex.question for ex in Reserve(arith, 0.2).next_slice(300)} != {ex.question for ex in checks[0]}
     again = Reserve(arith, 0.2, reserve.key)
@@ -112,7 +119,7 @@ def test_the_alone_copy_learns_only_from_groups_it_samples_itself_and_leaves_the
     trainer, guard = _guard(tiny_policy, arith)
     trainer.step(_batch(tiny_policy, arith, own=2, peer=2))  # the trained weights move, peers' rows included
     mixed = _weights(tiny_policy)
-    examples = round_examples(arith, 1, 2, "t", exclude=guard.reserve.reserved)
+    examples = _unreserved(guard.reserve, arith, 2)
     guard.step(examples, 7, taught_by={"peer-a"})
     assert _equal(_weights(tiny_policy), mixed)  # the guard's step ran on its own copy
     assert guard.taught == {"peer-a": 1}
@@ -132,7 +139,7 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     trainer, guard = _guard(tiny_policy, arith)
     batch = _batch(tiny_policy, arith, own=2, peer=2)
     trainer.step(batch)
-    guard.step(round_examples(arith, 1, 2, "t", exclude=guard.reserve.reserved), 0, taught_by={"peer-a", "peer-b"})
+    guard.step(_unreserved(guard.reserve, arith, 2), 0, taught_by={"peer-a", "peer-b"})
     alone, alone_state = [a.clone() for a in guard.alone], guard.shadow.optimizer.state_dict()
     _answers(monkeypatch, mixed_right=41, alone_right=50)  # b = 9 of 100: not above 3 sqrt(9) alone
     verdict = guard.check(2)
@@ -212,7 +219,7 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     trainer, guard = _guard(tiny_policy, arith)
     batch = _batch(tiny_policy, arith, own=2, peer=2)
     trainer.step(batch)
-    guard.step(round_examples(arith, 1, 2, "t", exclude=guard.reserve.reserved), 0, taught_by={"peer-a"})
+    guard.step(_unreserved(guard.reserve, arith, 2), 0, taught_by={"peer-a"})
     for r in (5, 10):
         _answers(monkeypatch, mixed_right=41, alone_right=50)
         guard.check(r)  # a harm at round 10: peer-a banned until 20, a lockdown until 20

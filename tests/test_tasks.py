@@ -265,6 +265,15 @@ def test_arith_minus_never_negative(arith):
         assert int(ex.answer) >= 0
 
 
+def test_problem_keys_name_twins_alike(arith, toy_gsm8k):
+    """The guard's reserve keeps a problem's twins together (train/reserve.py)."""
+    key = lambda task, q: task.problem_key(Example("x", q, "0"))  # noqa: E731
+    assert key(arith, "What is 3 plus 15?") == key(arith, "What is 15 plus 3?") != key(arith, "What is 3 plus 16?")
+    assert key(arith, "What is 4 times 7?") == key(arith, "What is 7 times 4?")
+    assert key(arith, "What is 15 minus 3?") != key(arith, "What is 3 minus 15?")
+    assert key(toy_gsm8k, "How many  apples?\n") == key(toy_gsm8k, "how many apples?") != key(toy_gsm8k, "How many pears?")
+
+
 def test_arith_reward(arith):
     for split in ("train", "test"):
         for ex in arith.split(split)[:200]:

@@ -111,6 +111,11 @@ class ArithTask(Task):
     def prompt(self, example: Example) -> str:
         return f"Q: {example.question}\nA: "
 
+    def problem_key(self, example: Example) -> str:
+        """The operator and its operands, in order only for `minus`: "3 plus 5" is "5 plus 3"'s twin."""
+        _, _, a, op, b = example.question.rstrip("?").split()
+        return f"{op}:{a}:{b}" if op == "minus" else f"{op}:{':'.join(sorted((a, b), key=int))}"
+
     def reference_completion(self, example: Example) -> str:
         return format_answer(example.answer)
 

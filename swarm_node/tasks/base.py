@@ -86,6 +86,11 @@ class Task(ABC):
         completion in the answer format), or None. Not training: the weights never see it as a target."""
         return None
 
+    def problem_key(self, example: Example) -> str:
+        """What makes two examples one problem (the guard's reserve keeps both or neither: a twin
+        trained on would teach the other's answer): by default the question, whitespace and case folded."""
+        return " ".join(example.question.split()).casefold()
+
     @abstractmethod
     def reference_completion(self, example: Example) -> str:
         """A correct completion in the required format."""

@@ -9,21 +9,26 @@ un-teaching the skill: the check would see recall and miss the harm. Measured be
 from 7.8 points (no attack) to 13.2; on train problems it stayed level with its alone copy while
 held out it lost 12 points to the no-attack run.
 
-So a share of the train *problems* (by question text: arith repeats each of its 1,752 problems
-about 57 times in 100,000 examples) is reserved by a keyed hash whose key is drawn from the OS
-and never leaves the node:
+So a share of the train *problems* (arith repeats each of its 1,752 problems about 57 times in
+100,000 examples) is reserved by a keyed hash whose key is drawn from the OS and never leaves the
+node:
 
-    reserved(example)   keyed BLAKE2b of the question < share: kept for the checks
-    the node            draws its own prompts around them (rollout.round_examples(exclude=...));
-                        in horizontal mode it still writes its share for the others, and drops the
-                        group from its own step; peers' groups on them are dropped before training
+    reserved(example)   keyed BLAKE2b of the task's problem key < share: kept for the checks (the
+                        key names a problem's twins alike, Task.problem_key: "3 plus 5" and
+                        "5 plus 3" are reserved together, so one cannot teach the other's answer)
+    the node            draws, answers and offers its prompts as if there were no reserve, and
+                        leaves the groups on reserved problems out of its own step; peers' groups
+                        on them are dropped before the buffer
     next_slice(n)       the next n reserved problems of a secret shuffled order: consecutive
                         checks share no problem until the reserve is used up, so a pooled window
                         holds distinct problems (the verdict's standard deviation assumes that)
 
-A peer cannot tell which problems are reserved (it sees the node's prompts only, and those never
-include one); its groups on a reserved problem are simply not trained on. The warm start saw every
-train problem, reserved or not: both copies start from it, so it shifts both alike.
+A peer cannot tell which problems are reserved: the node's offers are drawn from all problems
+alike. Before (session 23) its prompts avoided the reserve, and the problems a node never offered
+in a long run were the reserve (arith, 16 prompts a round: 44 % of the problems a node had not
+offered after 100 rounds were reserved, 89 % after 300, against 20 % a priori). The cost: about `share` of a node's own groups are answered for the peers only.
+A peer's groups on a reserved problem are simply not trained on. The warm start saw every train
+problem, reserved or not: both copies start from it, so it shifts both alike.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ class Reserve:
 
     def reserved(self, example: Example) -> bool:
         """Whether `example`'s problem is kept for the checks (never trained on)."""
-        digest = hashlib.blake2b(example.question.encode("utf-8"), key=self.key, digest_size=8).digest()
+        digest = hashlib.blake2b(self.task.problem_key(example).encode("utf-8"), key=self.key, digest_size=8).digest()
         return int.from_bytes(digest, "big") < self.share * 2**64
 
     def holds(self, example_id: str) -> bool:
@@ -70,10 +75,6 @@ class Reserve:
         """The groups not on a reserved problem (the others are never trained on, whoever sent them)."""
         return [g for g in groups if not self.holds(g.example_id)]
 
-    def private(self, key: str) -> str:
-        """`key` made secret: prompts drawn from a public key would show which candidates were skipped."""
-        return hashlib.blake2b(key.encode("utf-8"), key=self.key, digest_size=16).hexdigest()
-
     def _pool(self) -> list[int]:
         """One train index per reserved problem. A generated split repeats a small problem space (arith:
         every problem within its first ~25,000 examples), so the scan stops after PLATEAU examples
@@ -83,9 +84,10 @@ class Reserve:
             if i - last_new > PLATEAU or self.limit is not None and len(first) >= self.limit:
                 break
             example = train[i]
-            if example.question not in seen:
-                seen.add(example.question)
+            problem = self.task.problem_key(example)
+            if problem not in seen:
+                seen.add(problem)
                 last_new = i
                 if self.reserved(example):
-                    first[example.question] = i
+                    first[problem] = i
         return list(first.values())

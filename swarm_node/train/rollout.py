@@ -13,10 +13,8 @@ source (this node or a peer id); the loop fills it and drains it once per round.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,21 +30,18 @@ from swarm_node.wire.codec import Completion, Group
 OWN = "self"  # the source of the node's own groups in the buffer
 
 
-def round_examples(task: Task, round_index: int, k: int, key: str,
-                   exclude: Callable[[Example], bool] | None = None) -> list[Example]:
-    """The `k` training examples for a round, a pure function of (key, round) (and of `exclude`:
-    examples it is true for are skipped, e.g. the guard's reserve).
+def round_examples(task: Task, round_index: int, k: int, key: str) -> list[Example]:
+    """The `k` training examples for a round, a pure function of (key, round).
 
     Vertical mode uses a per-node key (every node picks its own prompts); horizontal mode uses
     the run id, so every node of the run answers the same prompts in the same round. Being a
     pure function, it also makes `--resume` continue with exactly the prompts it would have used.
+    The guard's reserve plays no part here: a node answers and offers reserved problems like any
+    other and only leaves their groups out of its own step (train/reserve.py).
     """
     train = task.split("train")
     rng = random.Random(f"{key}/{round_index}")
-    if exclude is None:
-        return [train[i] for i in rng.sample(range(len(train)), k)]
-    candidates = (train[i] for i in rng.sample(range(len(train)), min(len(train), 4 * k + 32)))
-    return list(itertools.islice((ex for ex in candidates if not exclude(ex)), k))
+    return [train[i] for i in rng.sample(range(len(train)), k)]
 
 
 def draws_key(seed: int | None, peer_id: str | None) -> str:
