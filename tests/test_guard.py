@@ -172,7 +172,7 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     assert guard.check(35, last=True).stats["guard/resets"] == 4
 
 
-def test_small_harms_add_up_over_checks_and_a_measured_gain_moves_the_reference_up_and_vouches(
+def test_small_harms_add_up_over_checks_and_a_measured_gain_vouches_but_leaves_the_reference_alone(
         tiny_policy, arith, monkeypatch):
     trainer, guard = _guard(tiny_policy, arith)
     batch = _batch(tiny_policy, arith, own=2, peer=2)
@@ -188,13 +188,15 @@ def test_small_harms_add_up_over_checks_and_a_measured_gain_moves_the_reference_
 
     guard.vouched.clear()
     trainer.step(batch)
-    mixed = _weights(tiny_policy)
+    mixed, alone = _weights(tiny_policy), [a.clone() for a in guard.alone]
     for taught in ({"peer-a", "peer-rare"}, {"peer-a"}, {"peer-a"}, {"peer-a"}):
         guard.step([], 0, taught_by=taught)
     for r in (30, 35):
         _answers(monkeypatch, mixed_right=60, alone_right=40)  # mixed ahead, measurably
         verdict = guard.check(r)
-    assert verdict.distrusted == {} and verdict.locked_until == 0 and _equal(guard.alone, mixed)
+    # the reference stays what the node would be alone: a copy of mixed would take in what the checks missed
+    assert verdict.distrusted == {} and verdict.locked_until == 0 and _equal(guard.alone, alone)
+    assert not _equal(guard.alone, mixed)
     assert guard.vouched == {"peer-a"}  # it taught in every round; peer-rare in 1 of 4: not vouched
     guard.step([], 0, taught_by={"peer-a", "peer-new"})
     for r in (40, 45):

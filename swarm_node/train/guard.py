@@ -28,8 +28,12 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
                   vouched peers teach (64 Sybil ids would otherwise take turns, each new batch
                   un-teaching the node until the next verdict); a vouched peer that taught in
                   the bad window stays admitted this once and loses its vouching
-    C - B > bar   help: alone <- mixed (the reference moves up only by a measured gain); the
-                  peers that taught in at least half the rounds since the last verdict are vouched for
+    C - B > bar   help: the peers that taught in at least half the rounds since the last verdict
+                  are vouched for. The reference stays alone: until session 24 it became a copy
+                  of mixed here, and a gap that drifts by +-5 points made that a channel for harm
+                  (`skew`: a help at round 10, mixed ahead by chance at later checks, each copy
+                  taking the harm so far into the reference; held out the victim fell 12 points
+                  while its checks stayed level)
     otherwise     nothing
 
 The bound, in plain words: at every check after the second since the last verdict, and after the
@@ -37,7 +41,8 @@ last round, the node is at most the bar behind a copy of itself that learned fro
 only, over the last 3 checks' problems (distinct, and never trained on: tiny arith's reserve holds
 about 350, so N = 345 and the bar is 2 sqrt(B + C), 4-5 points; GSM8K's about 1,500, so N = 600);
 any number of peers and Sybil ids can cost it at most that, plus what the rounds since the previous
-check taught, and each harm buys them a longer lockdown. The margin is wide because two equally good
+check taught, and each harm buys them a longer lockdown. The bound is against the node alone, not
+against what honest peers add: that gain is what an attacker can take away unseen. The margin is wide because two equally good
 trajectories drift apart and back: with a 2-point margin, 2 of 3 honest runs of 100 rounds found
 harms (pooled gaps of 0.024 to 0.072). What it cannot stop: harm below the bar; a bad window also
 locks honest peers out that were not vouched for (the node then learns alone until the lockdown
@@ -177,7 +182,6 @@ class Guard:
                         "distrusted %s; only %d vouched for teach until round %d", N, B - C, bar, b - c, n,
                         len(verdict.distrusted), sorted(verdict.distrusted), len(verdict.admitted), verdict.locked_until)
         elif ready and C - B > bar:
-            self._copy(self.params, self.alone, self.trainer.optimizer, into=self.shadow.optimizer)
             self.vouched |= {p for p, n in self.taught.items() if 2 * n >= self.rounds}
         if ready and abs(B - C) > bar or fresh_harm:
             self.known |= self.taught.keys()
@@ -189,7 +193,7 @@ class Guard:
 
     def _harm(self, round_index: int, verdict: Verdict) -> None:
         """Back to alone; distrust the new teachers; a lockdown for all but the vouched."""
-        self._copy(self.alone, self.params, self.shadow.optimizer, into=self.trainer.optimizer)
+        self._reset_to_alone()
         self.trainer.policy_version += 1  # new weights: the sampler syncs, packets say so
         taught = set(self.taught)  # new ids, and ids banned before that taught again: each ban doubles
         for peer in sorted(p for p in taught - self.vouched if p not in self.known or self.offences[p]):
@@ -249,12 +253,11 @@ class Guard:
         return reserve
 
     @torch.no_grad()
-    def _copy(self, source: list[torch.Tensor], target: list[torch.Tensor], source_opt: torch.optim.Optimizer,
-              into: torch.optim.Optimizer) -> None:
-        """Weights `source` -> `target` (in place) and optimizer state `source_opt` -> `into` (a copy)."""
-        for s, t in zip(source, target):
-            t.data.copy_(s.data)
-        into.load_state_dict(copy.deepcopy(source_opt.state_dict()))
+    def _reset_to_alone(self) -> None:
+        """The trained weights and optimizer state <- the reference's (copies)."""
+        for a, p in zip(self.alone, self.params):
+            p.data.copy_(a.data)
+        self.trainer.optimizer.load_state_dict(copy.deepcopy(self.shadow.optimizer.state_dict()))
 
     @contextmanager
     def _alone_in_place(self) -> Iterator[None]:
