@@ -31,9 +31,9 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
     C - B > bar   help: the peers that taught in at least half the rounds since the last verdict
                   are vouched for. The reference stays alone: until session 24 it became a copy
                   of mixed here, and a gap that drifts by +-5 points made that a channel for harm
-                  (`skew`: a help at round 10, mixed ahead by chance at later checks, each copy
-                  taking the harm so far into the reference; held out the victim fell 12 points
-                  while its checks stayed level)
+                  (`skew`: helps at rounds 10 and 55 vouched for the attackers and took their
+                  influence so far, weights and optimizer moments, into the reference; held out
+                  the victim then fell 14 points while its checks stayed level)
     otherwise     nothing
 
 The bound, in plain words: at every check after the second since the last verdict, and after the
