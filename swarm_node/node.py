@@ -244,9 +244,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     row.update(exchange.offer(r, trainer.policy_version, own))
                     # ------------------------------------------------------------ collect + admit
                     accepted, swarm_stats = exchange.collect(r, admission)
-                    kept = [(peer, trainable(packet.groups)) for peer, packet in accepted]  # reserved problems out
-                    for peer, groups in kept:
-                        buffer.add(groups, peer)
+                    for peer, packet in accepted:
+                        buffer.add(trainable(packet.groups), peer)  # reserved problems out
                     row.update(swarm_stats)
 
                 # ---------------------------------------------------------------- combine
@@ -267,7 +266,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     exchange.credit(accepted, set(sources) - {OWN},
                                     implausible_only(sources, batch.rewards > 0, trainer.implausible),
                                     useful={x.source for x in rollouts if x.source != OWN and has_signal(x.group)},
-                                    teaching={peer for peer, groups in kept if any(map(has_signal, groups))},
+                                    # before the reserve's filter: whether we wait for a peer shows nothing of it
+                                    teaching={peer for peer, packet in accepted if any(map(has_signal, packet.groups))},
                                     round_index=r)
 
                 # ---------------------------------------------------------------- guard

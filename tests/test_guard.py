@@ -170,6 +170,13 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     assert guard.check(30).distrusted == {"peer-d": 40}
     _answers(monkeypatch, mixed_right=41, alone_right=50)  # after the last round: one check of a whole window
     assert guard.check(35, last=True).stats["guard/resets"] == 4
+    # an offence is forgotten 200 rounds after it (as a harm is): peer-a, now known, teaching in a bad window
+    # much later is not banned again (else an honest peer's ban doubled at every false alarm, up to 10,000 rounds)
+    guard.step([], 0, taught_by={"peer-a"})
+    for r in (300, 305):
+        _answers(monkeypatch, mixed_right=41, alone_right=50)
+        verdict = guard.check(r)
+    assert verdict.stats["guard/resets"] == 5 and verdict.distrusted == {} and guard.offences == {}
 
 
 def test_small_harms_add_up_over_checks_and_a_measured_gain_vouches_but_leaves_the_reference_alone(

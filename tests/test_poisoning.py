@@ -106,12 +106,14 @@ def test_delivering_sybils_that_skew_a_node_are_undone_by_the_guard(tmp_path, pr
     evil.popen.terminate()
     rows = v.rows()
     resets = max(r.get("guard/resets", 0) for r in rows)
-    locked = sum(r.get("guard/lockdown_rounds", 0) > 0 for r in rows)  # refused offers are not even fetched
+    # the lockdown each harm starts (its rounds left at the check); refused offers are not even fetched. Counted
+    # at the harm, not over the run: one found at round 55 (session 24's CI run) locks until 75, past the end
+    locked = max((r.get("guard/lockdown_rounds", 0) for r in rows if "guard/gap" in r), default=0)
     start, end = rows[0]["eval/accuracy"], rows[-1]["eval/accuracy"]
     checks = [(r["round"], round(r["guard/gap"], 3), round(r["guard/bar"], 3)) for r in rows if "guard/gap" in r]
     print(f"\nguard against 6 skew Sybils: V {start:.3f} -> {end:.3f}, {resets} reset(s), {locked} rounds in a "
           f"lockdown; checks (round, pooled gap, bar): {checks}")
-    assert resets >= 1 and locked >= 10, checks
+    assert resets >= 1 and locked >= 20, checks  # the default guard_ban_rounds = 20
     # V learns on as its own copy would (measured: 0.205 -> 0.24 and 0.34 in 60 rounds); n = 200 has a
     # standard error of ~0.03. Without the guard V ended below its warm start in most such trials.
     assert end >= start - 0.03, (start, end, checks)

@@ -22,8 +22,9 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
     B - C > bar   harm: mixed <- alone (weights and optimizer state). The untrusted peers that
                   taught mixed (a group with signal) since the last verdict and had not taught
                   before it are distrusted (no packet admitted, nobody waits for them) for
-                  guard_ban_rounds, doubled per offence: new ids are free, so a ban is cheap for
-                  them and costs an established honest peer nothing. And a lockdown: for
+                  guard_ban_rounds, doubled per offence in the last 200 rounds: new ids are
+                  free, so a ban is cheap for them and costs an established honest peer
+                  nothing. And a lockdown: for
                   guard_ban_rounds, doubled per harm in the last 200 rounds (at most 8x), only
                   vouched peers teach (64 Sybil ids would otherwise take turns, each new batch
                   un-teaching the node until the next verdict); a vouched peer that taught in
@@ -42,13 +43,14 @@ only, over the last 3 checks' problems (distinct, and never trained on: tiny ari
 about 350, so N = 345 and the bar is 2 sqrt(B + C), 4-5 points; GSM8K's about 1,500, so N = 600);
 any number of peers and Sybil ids can cost it at most that, plus what the rounds since the previous
 check taught, and each harm buys them a longer lockdown. The bound is against the node alone, not
-against what honest peers add: that gain is what an attacker can take away unseen. The margin is wide because two equally good
-trajectories drift apart and back: with a 2-point margin, 2 of 3 honest runs of 100 rounds found
-harms (pooled gaps of 0.024 to 0.072). What it cannot stop: harm below the bar; a bad window also
-locks honest peers out that were not vouched for (the node then learns alone until the lockdown
-ends; they keep their links). Every checkpoint keeps the guard's state (`state_dict`): a node
-restarted with --resume compares with the same reference and keeps its bans, lockdown and vouching,
-so a crash does not launder a harm that was not yet found into the reference.
+against what honest peers add: that gain is what an attacker can take away unseen. The margin is
+wide because two equally good trajectories drift apart and back: with a 2-point margin, 2 of 3
+honest runs of 100 rounds found harms (pooled gaps of 0.024 to 0.072). What it cannot stop: harm
+below the bar; a bad window also locks honest peers out that were not vouched for (the node then
+learns alone until the lockdown ends; they keep their links). Every checkpoint keeps the guard's
+state (`state_dict`): a node restarted with --resume compares with the same reference and keeps its
+bans, lockdown and vouching, so a crash does not launder a harm that was not yet found into the
+reference.
 Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
 parameter, in the memory plan: models.estimate_memory), a second generation and training step each
 round (`time/guard_s`), and 2 x guard_examples greedy answers per check, through the node's own sampler
@@ -119,7 +121,8 @@ class Guard:
         self.taught: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last verdict
         self.rounds = 0  # rounds since the last verdict
         self.known: set[str] = set()  # peers that taught before the last verdict
-        self.offences: Counter[str] = Counter()
+        self.offences: Counter[str] = Counter()  # bans of each peer, forgotten LOCKDOWN_MEMORY rounds after its latest
+        self.offended_at: dict[str, int] = {}  # peer -> round of its latest ban
         self.vouched: set[str] = set()  # taught through a measured gain, not in a harmful window since
         self.recent: list[tuple[int, int, int]] = []  # (b, c, n) of the last WINDOW checks since the last verdict
         self.harms: list[int] = []  # rounds of the harms found
@@ -196,8 +199,13 @@ class Guard:
         self._reset_to_alone()
         self.trainer.policy_version += 1  # new weights: the sampler syncs, packets say so
         taught = set(self.taught)  # new ids, and ids banned before that taught again: each ban doubles
+        # offences older than LOCKDOWN_MEMORY are forgotten, as harms are: else an honest peer banned once (it was new
+        # in a bad window) was banned again at every later false alarm, up to 10,000 rounds (red team, session 24)
+        self.offended_at = {p: r for p, r in self.offended_at.items() if round_index - r < LOCKDOWN_MEMORY}
+        self.offences = Counter({p: n for p, n in self.offences.items() if p in self.offended_at})
         for peer in sorted(p for p in taught - self.vouched if p not in self.known or self.offences[p]):
             self.offences[peer] += 1
+            self.offended_at[peer] = round_index
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
         forgiven = taught & self.vouched  # this once
         self.vouched -= taught
@@ -212,7 +220,7 @@ class Guard:
         """All of the guard's state, for a checkpoint (tensors and plain values: torch.load(weights_only=True) reads it)."""
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
                 "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
-                "offences": dict(self.offences), "vouched": sorted(self.vouched), "recent": [list(x) for x in self.recent],
+                "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": sorted(self.vouched), "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
                 "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits),
                 "reserve_key": self.reserve.key.hex(), "reserve_share": self.reserve.share,
@@ -233,6 +241,7 @@ class Guard:
         self.shadow.optimizer.load_state_dict(state["optimizer"])
         self.taught, self.rounds = Counter(state["taught"]), state["rounds"]
         self.known, self.offences, self.vouched = set(state["known"]), Counter(state["offences"]), set(state["vouched"])
+        self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
         self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
         self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
         self.lockdown_admits = frozenset(state["lockdown_admits"])
