@@ -24,7 +24,8 @@ node:
                         holds distinct problems (the verdict's standard deviation assumes that)
 
 A peer cannot tell which problems are reserved: the node's offers are drawn from all problems
-alike. Before (session 23) its prompts avoided the reserve, and the problems a node never offered
+alike, and a peer's reserved group counts as teaching for the mesh's credit (node.py), so whether
+the node waits for it next round shows nothing either. Before (session 23) its prompts avoided the reserve, and the problems a node never offered
 in a long run were the reserve (arith, 16 prompts a round: 44 % of the problems a node had not
 offered after 100 rounds were reserved, 89 % after 300, against 20 % a priori). The cost: about `share` of a node's own groups are answered for the peers only.
 A peer's groups on a reserved problem are simply not trained on. The warm start saw every train
