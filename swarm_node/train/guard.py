@@ -220,7 +220,8 @@ class Guard:
         """All of the guard's state, for a checkpoint (tensors and plain values: torch.load(weights_only=True) reads it)."""
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
                 "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
-                "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": sorted(self.vouched), "recent": [list(x) for x in self.recent],
+                "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": sorted(self.vouched),
+                "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
                 "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits),
                 "reserve_key": self.reserve.key.hex(), "reserve_share": self.reserve.share,

@@ -23,12 +23,13 @@ node:
                         checks share no problem until the reserve is used up, so a pooled window
                         holds distinct problems (the verdict's standard deviation assumes that)
 
-A peer cannot tell which problems are reserved: the node's offers are drawn from all problems
-alike, and a peer's reserved group counts as teaching for the mesh's credit (node.py), so whether
-the node waits for it next round shows nothing either. Before (session 23) its prompts avoided the reserve, and the problems a node never offered
-in a long run were the reserve (arith, 16 prompts a round: 44 % of the problems a node had not
-offered after 100 rounds were reserved, 89 % after 300, against 20 % a priori). The cost: about `share` of a node's own groups are answered for the peers only.
-A peer's groups on a reserved problem are simply not trained on. The warm start saw every train
+A peer cannot tell which problems are reserved: the node's offers are drawn from all problems alike,
+and a peer's reserved group counts as teaching for the mesh's credit (node.py), so whether the node
+waits for it next round shows nothing either. Before (session 23) its prompts avoided the reserve,
+and the problems a node never offered in a long run were the reserve (arith, 16 prompts a round:
+44 % of the problems a node had not offered after 100 rounds were reserved, 89 % after 300, against
+20 % a priori). The cost: about `share` of a node's own groups are answered for the peers only. A
+peer's groups on a reserved problem are simply not trained on. The warm start saw every train
 problem, reserved or not: both copies start from it, so it shifts both alike.
 """
 
@@ -55,7 +56,11 @@ class Reserve:
 
     def reserved(self, example: Example) -> bool:
         """Whether `example`'s problem is kept for the checks (never trained on)."""
-        digest = hashlib.blake2b(self.task.problem_key(example).encode("utf-8"), key=self.key, digest_size=8).digest()
+        return self._reserved_problem(self.task.problem_key(example))
+
+    def _reserved_problem(self, problem: str) -> bool:
+        """Whether the problem with key `problem` (Task.problem_key) is reserved: keyed BLAKE2b < share."""
+        digest = hashlib.blake2b(problem.encode("utf-8"), key=self.key, digest_size=8).digest()
         return int.from_bytes(digest, "big") < self.share * 2**64
 
     def holds(self, example_id: str) -> bool:
@@ -89,6 +94,6 @@ class Reserve:
             if problem not in seen:
                 seen.add(problem)
                 last_new = i
-                if self.reserved(example):
+                if self._reserved_problem(problem):  # the key computed once
                     first[problem] = i
         return list(first.values())
