@@ -45,6 +45,9 @@ def honest_shares(log: str, honest_id: str) -> dict:
 
 
 LATE_CHECKS = 5  # the last guard checks and held-out evaluations averaged (rounds 80-100 of 100)
+# V's and H's peer ids, one per seed, kept across cells: a node's prompts are its public schedule (its peer
+# id, the run id and the round: SPEC 14.5), so a fixed id and run id give paired cells the same prompts
+IDENTITIES = ROOT / "runs" / "redteam-identities"
 LINGER_S = 1500  # V and H keep serving after their last round until both are done (then stopped); a cell fails after this
 
 
@@ -69,9 +72,14 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
     """V + H + `attackers` poisoner processes of `kind` for `rounds` rounds; V's and H's held-out pass@1 at
     round 0 and at the end (on `eval_limit` problems; None: victim_args' 200), V's defence metrics and the
     groups per peer of V's steps. Seed s: V trains with train.seed 2s, H with 2s + 1, attacker k with
-    --seed 10s + k (s = 0: this script's old runs)."""
+    --seed 10s + k (s = 0: this script's old runs); V and H keep one peer id per seed (IDENTITIES) and the
+    run id is the seed's, so every kind's V and H answer the same prompts as in the no-attack cell."""
     tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{kind}-{seed}-"))
-    run, model = f"redteam-{kind}-{seed}", public_warm_start(VICTIM_WARMSTART_STEPS)
+    run, model = f"redteam-{seed}", public_warm_start(VICTIM_WARMSTART_STEPS)
+    IDENTITIES.mkdir(parents=True, exist_ok=True)
+    for anchors in IDENTITIES.glob("*.anchors"):  # the last cell's neighbours (net/hivemind.py): gone, not ours to dial
+        anchors.unlink()
+    ident = lambda role: ["--set", f"swarm.identity={IDENTITIES / f'{role}-{seed}.key'}"]  # noqa: E731
     started, t0 = [], time.time()
     # every 5 rounds: the mean of the last 5 evaluations is where a run ended, without one snapshot's swing
     evaluate = ["--set", "train.eval_every=5", *(["--set", f"task.eval_limit={eval_limit}"] if eval_limit is not None else [])]
@@ -79,10 +87,11 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
     # for the other each round (alone_wait_s=null, so that V waits for H at the start): 766-863 s cells
     evaluate += ["--set", f"swarm.linger_s={LINGER_S}"]
     try:
-        v = NodeProcess.join([*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed}"], tmp / "victim")
+        v = NodeProcess.join([*victim_args(rounds), *evaluate, *ident("victim"), "--run-id", run,
+                              "--set", f"train.seed={2 * seed}"], tmp / "victim")
         started.append(v.start())
-        h = NodeProcess.join([*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
-                              "--peers", v.address()], tmp / "honest")
+        h = NodeProcess.join([*victim_args(rounds), *evaluate, *ident("honest"), "--run-id", run,
+                              "--set", f"train.seed={2 * seed + 1}", "--peers", v.address()], tmp / "honest")
         started.append(h.start())
         evils = []
         for k in range(attackers):

@@ -114,12 +114,20 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
         sets.update({"swarm.mode": mode, "swarm.run_id": run_id, "swarm.peer_groups_per_own": 1.0,
                      "swarm.min_peers": 1, "swarm.deadline_s": 30.0, "swarm.linger_s": 5.0,
                      "swarm.alone_wait_s": None,  # the first node waits for the second from round 1
-                     "swarm.identity": str(out / "identity.key"), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+                     "swarm.identity": str(identity_path(out.parent.parent, run_id, node)), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
                      "swarm.peers": [peer] if peer else []})
     argv = swarm_node_argv(command, "--out", str(out))
     for key, value in sets.items():
         argv += ["--set", f"{key}={json.dumps(value)}"]
     return argv
+
+
+def identity_path(runs: Path, run_id: str, node: Node) -> Path:
+    """The node's key for every arm of its run id (kept; the last arm's anchors removed: net/hivemind.py)."""
+    path = runs / "identities" / f"{run_id}-{node.name}.key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Path(str(path) + ".anchors").unlink(missing_ok=True)
+    return path
 
 
 def run_nodes(nodes: list[Node], arm: str, seed: int, scale: Scale, run_dir: Path, run_id: str) -> None:
@@ -213,7 +221,9 @@ def run_one(scale: Scale, pair: str, arm: str, seed: int) -> None:
     started = time.time()
     for attempt in (1, 2):
         try:
-            run_nodes(nodes, arm, seed, scale, run_dir, f"repl-{pair}-{arm}-s{seed}")
+            # one run id and peer id per (pair, seed, node) in every arm: a node's prompts are its public schedule
+            # (SPEC 14.5), so the arms of a seed answer the same prompts
+            run_nodes(nodes, arm, seed, scale, run_dir, f"repl-{pair}-s{seed}")
             break
         except (RuntimeError, NodeFailed) as e:
             print(f"  {label}: attempt {attempt} failed: {e}", flush=True)

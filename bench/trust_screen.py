@@ -122,7 +122,7 @@ def screen(kind: str, steps: int, seed: int) -> dict:
             attacker.round = r
             honest = [attacker.honest_group(ex) for ex in round_examples(task, r, 2, f"honest/{seed}")]
             if kind in ("skew", "nocarry"):
-                bad = attacker.skewed_groups(r)
+                bad = attacker.skewed_groups(attacker.scheduled(r, 16))
             else:
                 bad = [attacker.group(ex) for ex in round_examples(task, r, 2, f"poison/{seed}")]
         g_own = step_grad(trainer, TrainBatch.from_groups(own, policy.pad_id, own=[True] * sum(len(g.completions) for g in own)))

@@ -240,6 +240,10 @@ class SwarmConfig:
     """Peer groups trained on per own group in a step (1.0 = the paper's batch: 1 own + 1 peer group per node)."""
     max_peer_share: float = 0.5
     """One peer's groups fill at most this share of a step's peer slots (rounded up), so one liar is diluted."""
+    schedule_depth: int | None = None
+    """Train on a peer's group only if its problem is among the first N of the sender's public schedule for
+    the packet's round (SPEC 14.5); unset: our rollout.prompts_per_round. A larger N admits peers that answer
+    more prompts a round, and lets each peer choose among more problems which ones to teach."""
     trusted_peers: list[str] = field(default_factory=list)
     """If non-empty, train only on packets from these peer ids (private swarms); others are rejected."""
     guard_every: int | None = None
@@ -296,6 +300,7 @@ class SwarmConfig:
         _check(self.max_peer_groups >= 0, "swarm.max_peer_groups must be >= 0")
         _check(self.peer_groups_per_own >= 0, "swarm.peer_groups_per_own must be >= 0")
         _check(0 < self.max_peer_share <= 1, "swarm.max_peer_share must be in (0, 1]")
+        _check(self.schedule_depth is None or self.schedule_depth >= 1, "swarm.schedule_depth must be >= 1 (or unset)")
         _check((self.guard_every is None or self.guard_every >= 0) and (self.guard_examples is None or self.guard_examples >= 1)
                and 0 <= self.guard_margin < 1 and self.guard_ban_rounds >= 1 and 0 < self.guard_reserve <= 0.5,
                "swarm.guard_every must be >= 0, guard_examples >= 1, guard_margin in [0, 1), guard_ban_rounds >= 1, "

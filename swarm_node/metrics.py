@@ -56,6 +56,7 @@ REWARDS_CORRECTED, FETCH_TIMEOUTS = "swarm/rewards_corrected", "swarm/fetch_time
 FETCH_FAILURES = "swarm/fetch_failures"  # fetches that brought no packet: refused, timed out, broken, not as offered
 RETOKENIZED = "swarm/completions_retokenized"  # peer completions whose ids were not our tokenizer's for their text
 GROUPS_DUPLICATE = "swarm/groups_duplicate"  # horizontal: peers' shares equal to ours, dropped (swarm/admit.py)
+GROUPS_UNSCHEDULED = "swarm/groups_unscheduled"  # peers' groups outside their sender's public schedule, dropped
 FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream after a cut (relay budgets)
 NEIGHBORS_EVICTED = "swarm/neighbors_evicted"  # neighbours that lost their slot: idle (delivered nothing) or graylisted
 STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread and DHT requests refused unparsed: their peer was over its rate (or the DHT request over its size)

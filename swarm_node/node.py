@@ -5,8 +5,8 @@
 
 Round 0 is the starting point (held-out accuracy before any RL); rounds 1..N train. A
 checkpoint after round r resumes at r + 1 with the same prompts and sampling seeds (a swarm node
-without `train.seed` draws them from its peer id: given the same --identity) and the optimizer
-state. Alone (`swarm-node train`) the swarm stages are skipped; in a swarm (`swarm-node join`)
+draws its prompts from its public schedule, keyed by its peer id: given the same --identity) and
+the optimizer state. Alone (`swarm-node train`) the swarm stages are skipped; in a swarm (`swarm-node join`)
 `connect(model_id, tokenizer_fingerprint)` builds the transport.
 """
 
@@ -46,6 +46,7 @@ from swarm_node.train.trainer import Trainer
 from swarm_node.train.warmstart import warmstarted_model
 from swarm_node.wire.codec import tokenizer_fingerprint
 from swarm_node.wire.contract import manifest_for, prompt_base
+from swarm_node.wire.schedule import schedule_key
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,8 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
                               max_lag=cfg.swarm.max_lag if cfg.swarm.mode == "vertical" else 0,
                               max_tokens=cfg.rollout.max_new_tokens, group_size=cfg.rollout.group_size,
                               trusted_peers=frozenset(cfg.swarm.trusted_peers), prompts=cfg.swarm.prompts,
-                              horizontal=cfg.swarm.mode == "horizontal")
+                              horizontal=cfg.swarm.mode == "horizontal",
+                              schedule_depth=cfg.swarm.schedule_depth or cfg.rollout.prompts_per_round)
         parts.admission = Admission(expect, policy.scorer(task))
         if cfg.swarm.guard_every:
             parts.guard = build_guard(cfg, trainer, sampler, task, checkpoint, parts.admission)
@@ -214,7 +216,9 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
     buffer = RolloutBuffer(cfg.swarm.max_peer_groups, cfg.swarm.peer_groups_per_own, cfg.swarm.max_peer_share,
                            horizontal=cfg.swarm.mode == "horizontal")
     draws = draws_key(cfg.train.seed, exchange.transport.peer_id if exchange is not None else None)
-    prompt_key = f"run/{cfg.swarm.run_id}" if cfg.swarm.mode == "horizontal" else f"node/{draws}"
+    # in a swarm our prompts are our public schedule (receivers train only on scheduled groups); alone, our own
+    prompt_key = (schedule_key(cfg.swarm.run_id, cfg.swarm.mode, exchange.transport.peer_id) if exchange is not None
+                  else f"alone/{draws}")
     trusted = frozenset(cfg.swarm.trusted_peers)  # their negatives count as the paper's (loss.teach_only)
     # the guard's reserve is never trained on: we draw, answer and offer prompts as if there were none (what
     # we offer shows nothing of it), and groups on it, ours and peers', never enter the buffer

@@ -13,8 +13,8 @@ from swarm_node.swarm.admit import Admission, Expectations
 ROUND = 60  # past `late`'s honest phase
 
 
-def poisoner(kind: str) -> Poisoner:
-    args = argparse.Namespace(model="tiny-s", task_options="{}", run_id="run", kind=kind, group_size=12, groups=4,
+def poisoner(kind: str, groups: int = 4) -> Poisoner:
+    args = argparse.Namespace(model="tiny-s", task_options="{}", run_id="run", kind=kind, group_size=12, groups=groups,
                               max_new_tokens=None, cap=2.0, target_divergence=10.0, seed=0, margin=1.0, safety=0.0,
                               floor=-100.0, switch_round=40, floor2=-2.5, honest_rounds=0, late_round=50, digit=0)
     p = Poisoner(args, "QmPoisoner")
@@ -24,15 +24,21 @@ def poisoner(kind: str) -> Poisoner:
 
 @pytest.mark.parametrize("kind", MATRIX)
 def test_every_matrix_kind_passes_admission_with_the_rewards_it_claims(kind):
-    p = poisoner(kind)
+    depth = 40 if kind == "skew" else 4  # skew answers only the scheduled problems of its pool (a tenth)
+    p = poisoner(kind, depth)
     def new_admission():
         return Admission(Expectations(run_id="run", tokenizer=p.tokenizer, staleness=2, max_tokens=p.max_tokens,
-                                      group_size=12), p.policy.scorer(p.task))
-    data, sybil = p.poisoned(ROUND, ["QmPoisoner", "QmSybil2"])  # one process, two ids: the same groups, each signed
+                                      group_size=12, schedule_depth=depth), p.policy.scorer(p.task))
+    data, sybil = p.poisoned(ROUND, ["QmPoisoner", "QmSybil2"])  # one process, two ids: each its own schedule
     twin = new_admission().check(Received("QmSybil2", ROUND, "sha256:" + "1" * 64, sybil), ROUND)
     admission = new_admission()
     packet = admission.check(Received("QmPoisoner", ROUND, "sha256:" + "0" * 64, data), ROUND)
-    assert twin.sender == "QmSybil2" and [g.example_id for g in twin.groups] == [g.example_id for g in packet.groups]
+    stats = admission.take_stats()
+    assert stats["swarm/groups_unscheduled"] == 0  # every group is on the sender's schedule
+    assert twin.sender == "QmSybil2" and {g.example_id for g in twin.groups} <= {e.id for e in p.scheduled(ROUND, depth, "QmSybil2")}
+    if kind == "skew":  # the scheduled problems whose answer ends in 0 (and whose reference passes the bars)
+        assert 1 <= len(packet.groups) <= sum(e.answer.endswith("0") for e in p.scheduled(ROUND, depth))
+        packet.groups = (packet.groups * 4)[:4]
     assert len(packet.groups) == 4 and all(len(g.completions) == 12 for g in packet.groups)
     texts = [[p.policy.decode(c.tokens) for c in g.completions] for g in packet.groups]
     positives = [sum(c.reward for c in g.completions) for g in packet.groups]
@@ -43,7 +49,7 @@ def test_every_matrix_kind_passes_admission_with_the_rewards_it_claims(kind):
     if kind == "zeros":
         assert all(t.startswith("#### 0") for t, c in zip(first, packet.groups[0].completions) if c.reward)
     if kind == "noncanonical":  # the victim retokenized every positive (the special tokens are gone)
-        assert admission.take_stats()["swarm/completions_retokenized"] == 4 * 6
+        assert stats["swarm/completions_retokenized"] == 4 * 6
     if kind == "synonyms":
         assert len({t for t, c in zip(first, packet.groups[0].completions) if not c.reward}) >= 3
     if kind == "padded":

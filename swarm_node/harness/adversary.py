@@ -70,10 +70,10 @@ class Crafter(PublicModel):
         self.rollout = RolloutConfig(group_size=args.group_size, prompts_per_round=2, max_new_tokens=args.max_new_tokens)
 
     def groups(self, r: int):
-        from swarm_node.train.rollout import generate_groups, round_examples
+        from swarm_node.train.rollout import generate_groups
         from swarm_node.train.sampling.hf import HFSampler
 
-        examples = round_examples(self.task, r, self.rollout.prompts_per_round, "adversary")
+        examples = self.scheduled(r, self.rollout.prompts_per_round)
         return generate_groups(HFSampler(self.policy), self.policy, self.task, examples, self.rollout, seed=1234 + r)
 
     def attack(self, kind: str, r: int, honest: list[tuple[str, str]], fetch) -> bytes | None:

@@ -78,6 +78,14 @@ class PublicModel:
         self.tokenizer = tokenizer_fingerprint(self.policy.tokenizer)
         self.run_id, self.peer_id = run_id, peer_id
 
+    def scheduled(self, r: int, k: int, sender: str | None = None) -> list:
+        """The first `k` train examples of `sender`'s (default: our) public schedule for round `r`: the
+        only problems a receiver trains on from that id (SPEC 14.5), so every attack picks among them."""
+        from swarm_node.train.rollout import round_examples
+        from swarm_node.wire.schedule import schedule_key
+
+        return round_examples(self.task, r, k, schedule_key(self.run_id, "vertical", sender or self.peer_id))
+
     def packet(self, r: int, groups, **changes):
         """A Packet of round `r` from us (fields overridden by `changes`, e.g. a forged sender)."""
         from swarm_node.wire.codec import Packet

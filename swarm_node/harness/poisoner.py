@@ -303,34 +303,35 @@ class Poisoner(PublicModel):
         return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
 
     def poisoned(self, r: int, senders: list[str]) -> list[bytes]:
-        """The encoded packets of round `r`, one per sender: one poisoned group per train prompt of the
-        round, the same groups in each."""
+        """The encoded packets of round `r`, one per sender: a poisoned group per problem of that
+        sender's public schedule (the first --groups: receivers train on no other, SPEC 14.5)."""
         import torch
 
-        from swarm_node.train.rollout import round_examples
         from swarm_node.wire.codec import encode
 
         self.round = r
+        packets = []
         with torch.no_grad():
-            examples = round_examples(self.task, r, self.args.groups, f"poison/{self.args.seed}")
-            if self.args.kind in ("skew", "nocarry"):
-                groups = self.skewed_groups(r)
-            elif self.args.kind == "slotkeep":
-                groups = [self.junk_group(examples[0], self.args.group_size), *map(self.junk_group, examples[1:])]
-            else:
-                groups = [self.group(ex) for ex in examples]
-        return [encode(self.packet(r, groups, sender=sender)) for sender in senders]
+            for sender in senders:
+                examples = self.scheduled(r, self.args.groups, sender)
+                if self.args.kind in ("skew", "nocarry"):
+                    groups = self.skewed_groups(examples)
+                elif self.args.kind == "slotkeep":
+                    groups = [self.junk_group(examples[0], self.args.group_size), *map(self.junk_group, examples[1:])]
+                else:
+                    groups = [self.group(ex) for ex in examples]
+                packets.append(encode(self.packet(r, groups, sender=sender)))
+        return packets
 
-    def skewed_groups(self, r: int) -> list:
-        """skew's --groups groups, from the pool; examples whose reference fails the estimated bars are
-        skipped (at most 20 draws a group: a packet may come out short)."""
+    def skewed_groups(self, examples: list) -> list:
+        """skew's (or nocarry's) groups: one for each of `examples` in the pool whose reference
+        passes the estimated bars (none may: a packet may hold no group)."""
         from swarm_node.train.rollout import prompt_tokens
 
-        train, rng, groups = self.task.split("train"), random.Random(f"poison/{self.args.seed}/{r}"), []
-        for _ in range(20 * self.args.groups):
-            if len(groups) == self.args.groups:
-                break
-            ex = train[rng.choice(self.pool)]
+        pool, groups = set(self.pool), []
+        for ex in examples:
+            if int(ex.id.split("/")[1]) not in pool:
+                continue
             g = getattr(poison_kinds, self.args.kind)(self, ex, prompt_tokens(self.policy, self.task, ex))
             self.screen["candidates"] += 1
             if g is not None:

@@ -14,6 +14,10 @@ docs/RELIABILITY.md lists them). The checks, in order:
     tokenizer     same tokenizer fingerprint as ours, else its token ids mean nothing to us
     round         within the staleness bound of our round (a slower or faster peer's newest packet:
                   within max_lag), and the round the peer's offer announced
+    schedule      a group whose problem is not among the first `schedule_depth` of the sender's
+                  public schedule for the packet's round (wire/schedule.py) is dropped
+                  (`swarm/groups_unscheduled`), a packet left with none refused (`unscheduled`):
+                  a peer cannot pick which problems to teach, only which of its scheduled ones
     task/example  the task is ours and every example id exists in our copy of the dataset, in
                   its train split (a held-out example would leak the evaluation set into training)
     prompt        the prompt tokens equal our own rendering of that example's prompt
@@ -58,6 +62,7 @@ from swarm_node.swarm import Rejected
 from swarm_node.tasks.scoring import Scorer
 from swarm_node.wire.codec import Packet, PacketError, decode
 from swarm_node.wire.contract import prompt_base, prompt_digest
+from swarm_node.wire.schedule import schedule_key, scheduled_indices
 
 MAX_OWN_GROUPS = 8192  # content hashes of our offered groups remembered, the newest (two per group in an open swarm)
 
@@ -88,6 +93,7 @@ class Expectations:
     trusted_peers: frozenset[str] = frozenset()  # if non-empty, only these peers' packets are admitted
     prompts: str = "tokens"  # sha256: a group may carry prompt_digest(our rendering) instead (SPEC 14.6)
     horizontal: bool = False  # every node answers our prompts: a share equal to ours is dropped, not refused
+    schedule_depth: int | None = None  # train only on groups among the first N of the sender's schedule (None: any)
 
 
 class Admission:
@@ -98,6 +104,8 @@ class Admission:
         self.rewards_corrected = 0  # completions whose claimed reward we overrode, since the last take_stats
         self.retokenized = 0  # completions whose ids we replaced by our tokenizer's, since the last take_stats
         self.duplicates = 0  # peers' groups equal to one of ours dropped (horizontal mode), since the last take_stats
+        self.unscheduled = 0  # peers' groups outside their sender's schedule dropped, since the last take_stats
+        self.n_train = len(self.task.split("train")) if expect.schedule_depth else 0
         self.base = prompt_base(scorer.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
         self.own: OrderedDict[bytes, None] = OrderedDict()  # content hashes of groups we offered, newest last
         self.distrusted: dict[str, int] = {}  # peer -> the round from which its packets are admitted again
@@ -143,6 +151,7 @@ class Admission:
     def check(self, item: Received, round_index: int) -> Packet:
         """The packet in `item` with rewards recomputed, or raise Rejected."""
         packet = self._decode(item, round_index)
+        self._drop_unscheduled(packet)
         for group in packet.groups:
             self._check_group(group)
         self._drop_echoes(packet, "")  # as sent: our ids as sampled
@@ -159,9 +168,26 @@ class Admission:
     def take_stats(self) -> dict[str, int]:
         """This round's admission metrics (and start counting the next round's)."""
         stats = {M.REWARDS_CORRECTED: self.rewards_corrected, M.RETOKENIZED: self.retokenized,
-                 M.GROUPS_DUPLICATE: self.duplicates}
-        self.rewards_corrected = self.retokenized = self.duplicates = 0
+                 M.GROUPS_DUPLICATE: self.duplicates, M.GROUPS_UNSCHEDULED: self.unscheduled}
+        self.rewards_corrected = self.retokenized = self.duplicates = self.unscheduled = 0
         return stats
+
+    def _drop_unscheduled(self, packet: Packet) -> None:
+        """Keep the groups whose problem the sender's schedule gives it for the packet's round (within
+        our depth); refuse a packet with none. An id that is not a known `train/<index>` is left to the
+        group checks (unknown or held-out: the packet is refused)."""
+        depth = self.expect.schedule_depth
+        if not depth:
+            return
+        key = schedule_key(self.expect.run_id, "horizontal" if self.expect.horizontal else "vertical", packet.sender)
+        allowed = {f"train/{i}" for i in scheduled_indices(key, packet.round, self.n_train, depth)}
+        kept = [g for g in packet.groups if g.example_id in allowed or not g.example_id.startswith("train/")
+                or self.task.example(g.example_id) is None]
+        self.unscheduled += len(packet.groups) - len(kept)
+        if packet.groups and not kept:
+            raise Rejected("unscheduled", f"none of {len(packet.groups)} groups is in {packet.sender}'s schedule "
+                                          f"for round {packet.round} (SPEC 14.5)")
+        packet.groups = kept
 
     def _drop_echoes(self, packet: Packet, how: str) -> None:
         """Refuse a packet with a group equal to one of ours (vertical); in horizontal mode drop

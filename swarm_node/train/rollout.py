@@ -26,22 +26,23 @@ from swarm_node.tasks.scoring import Scorer
 from swarm_node.train.policy import Policy
 from swarm_node.train.sampling import Sampler
 from swarm_node.wire.codec import Completion, Group
+from swarm_node.wire.schedule import scheduled_indices
 
 OWN = "self"  # the source of the node's own groups in the buffer
 
 
 def round_examples(task: Task, round_index: int, k: int, key: str) -> list[Example]:
-    """The `k` training examples for a round, a pure function of (key, round).
+    """The `k` training examples for a round: the first `k` of the schedule `key` (wire/schedule.py).
 
-    Vertical mode uses a per-node key (every node picks its own prompts); horizontal mode uses
-    the run id, so every node of the run answers the same prompts in the same round. Being a
-    pure function, it also makes `--resume` continue with exactly the prompts it would have used.
-    The guard's reserve plays no part here: a node answers and offers reserved problems like any
-    other and only leaves their groups out of its own step (train/reserve.py).
+    In a swarm the key is public (vertical: the run and our peer id; horizontal: the run, so every
+    node answers the same prompts), and receivers train only on groups of the sender's schedule.
+    Alone it is ours (train.seed). Being a pure function of (key, round), it also makes `--resume`
+    continue with exactly the prompts it would have used. The guard's reserve plays no part here: a
+    node answers and offers reserved problems like any other and only leaves their groups out of its
+    own step (train/reserve.py).
     """
     train = task.split("train")
-    rng = random.Random(f"{key}/{round_index}")
-    return [train[i] for i in rng.sample(range(len(train)), k)]
+    return [train[i] for i in scheduled_indices(key, round_index, len(train), k)]
 
 
 def draws_key(seed: int | None, peer_id: str | None) -> str:

@@ -7,13 +7,13 @@ them one digest, and writes and checks golden vectors for the built-in tasks:
 
     RunManifest          task, its options, dataset identity, example-id scheme, prompt template,
                          system prompt, chat template (or none), tokenizer, G, max completion tokens,
-                         mode; canonical JSON and a digest every node announces. Not in it: the
+                         mode, prompt schedule; canonical JSON and a digest every node announces. Not in it: the
                          model (Qwen2.5 base and Instruct exchange), and pacing, which is each node's
                          own (SPEC section 12 Round pacing)
     manifest_for         a node's manifest from its task and policy (read, never re-implemented:
                          prompts come from `Task.prompt` and `tasks.prompt.render_prompt`)
-    task_vectors         arith's generator, prompts and rewards, GSM8K's prompts and rewards, and a
-                         manifest with its digest (protocol/vectors/tasks.json)
+    task_vectors         arith's generator, prompts and rewards, GSM8K's prompts and rewards, a
+                         manifest with its digest, and prompt schedules (protocol/vectors/tasks.json)
     check_task_vectors   the reference against those vectors (`swarm-node protocol verify`)
 """
 
@@ -29,10 +29,11 @@ import numpy as np
 
 from swarm_node.tasks import Example, Task, load_task
 from swarm_node.tasks.arith import ArithTask
+from swarm_node.wire.schedule import SCHEDULE, scheduled_indices
 
 EXAMPLE_IDS = "<split>/<index>"  # the only id scheme: split name, "/", decimal index without leading zeros
 QUESTION = "{question}"  # the placeholder of a prompt template
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: `schedule` (2026-11)
 # the built-in tiny models' tokenizer ("char-v1", swarm_node/train/policy.py): one id per character
 CHAR_VOCAB = ["<|pad|>", "<|endoftext|>", "<|unk|>", "\n", "\t"] + [chr(i) for i in range(32, 127)]
 ARITH_DEFAULTS = dict(digits=2, second_digits=None, ops=["plus", "minus"], seed=0, train_size=100_000, test_size=500)
@@ -76,6 +77,8 @@ class RunManifest:
     """vertical (each node its own prompts) | horizontal (every node the run's prompts of the round)."""
     prompts: str = "tokens"
     """How groups carry their prompt: "tokens" (the ids) or "sha256" (prompt_digest of them, section 14.6)."""
+    schedule: str = SCHEDULE
+    """Which problems a producer answers in a round (section 14.5, wire/schedule.py): receivers train on no other."""
     version: int = MANIFEST_VERSION
     """Version of this manifest's schema."""
 
@@ -163,6 +166,13 @@ REWARD_CASES = [  # (completion, gold, reward): the shared final-answer format (
     ("#### 72\nDone.", "72", 0.0), ("#### 71", "72", 0.0), ("72", "72", 0.0), ("##### 72", "72", 0.0),
     ("#### 72 #### 72", "72", 0.0), ("#### -5", "-5", 1.0),
 ]
+SCHEDULE_CASES = [  # (key, round, n, k): section 14.5
+    ("vertical/swarm-node/12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf", 1, 100_000, 16),
+    ("vertical/swarm-node/12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf", 2, 100_000, 16),
+    ("vertical/my-run/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", 7, 7_473, 2),
+    ("horizontal/swarm-node", 3, 100_000, 4),
+    ("horizontal/swarm-node", 3, 5, 5),  # the whole split, in scheduled order
+]
 GSM8K_QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?"
 
 
@@ -193,6 +203,8 @@ def task_vectors() -> dict:
         "char_v1": {"vocab": CHAR_VOCAB, "fingerprint": _char_fingerprint()},
         "rewards": [{"completion": c, "gold": g, "reward": r} for c, g, r in REWARD_CASES],
         "manifest": {"manifest": asdict(manifest), "canonical_json": manifest.to_json(), "digest": manifest.digest()},
+        "schedule": [{"key": key, "round": r, "n": n, "k": k, "indices": scheduled_indices(key, r, n, k)}
+                     for key, r, n, k in SCHEDULE_CASES],
     }
 
 
@@ -237,6 +249,9 @@ def check_task_vectors(path: Path) -> list[tuple[str, bool, str]]:
     manifest = RunManifest(**m["manifest"])
     ok = manifest.to_json() == m["canonical_json"] and manifest.digest() == m["digest"]
     out.append(("manifest digest", ok, "ok" if ok else manifest.digest()))
+    for i, case in enumerate(want["schedule"]):
+        got = scheduled_indices(case["key"], case["round"], case["n"], case["k"])
+        out.append((f"schedule {i} {case['key'][:20]}", got == case["indices"], "ok" if got == case["indices"] else str(got)))
     return out
 
 

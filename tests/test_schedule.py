@@ -1,0 +1,89 @@
+"""The public prompt schedule (wire/schedule.py) and admission's use of it: a peer trains us only on
+problems its schedule gives it for the packet's round, so it cannot pick which problems to teach."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from swarm_node.config import RolloutConfig
+from swarm_node.net import Received
+from swarm_node.swarm import Rejected
+from swarm_node.swarm.admit import Admission, Expectations
+from swarm_node.train.rollout import generate_groups, round_examples
+from swarm_node.train.sampling.hf import HFSampler
+from swarm_node.wire.codec import Packet, encode, tokenizer_fingerprint
+from swarm_node.wire.schedule import schedule_key, scheduled_indices
+
+VECTORS = Path(__file__).resolve().parents[1] / "protocol" / "vectors" / "tasks.json"
+PEER, ROUND = "QmPeerA", 5
+
+
+def test_a_schedule_is_distinct_in_range_and_a_pure_function_of_key_and_round():
+    a = scheduled_indices("vertical/run/QmA", 3, 1000, 16)
+    assert a == scheduled_indices("vertical/run/QmA", 3, 1000, 16)
+    assert len(a) == len(set(a)) == 16 and all(0 <= i < 1000 for i in a)
+    assert a != scheduled_indices("vertical/run/QmB", 3, 1000, 16) != scheduled_indices("vertical/run/QmA", 4, 1000, 16)
+    assert scheduled_indices("vertical/run/QmA", 3, 1000, 4) == a[:4]  # a deeper schedule extends a shallower one
+    assert sorted(scheduled_indices("k", 1, 7, 50)) == list(range(7))  # k above n: the whole split
+    assert scheduled_indices("k", 1, 0, 5) == [] and scheduled_indices("k", 1, 5, 0) == []
+
+
+def test_schedules_cover_a_split_uniformly():
+    """No problem is favoured: over 2,000 rounds of 16 from 100 problems, every count is near 320."""
+    counts = Counter(i for r in range(2000) for i in scheduled_indices("vertical/run/QmA", r, 100, 16))
+    assert set(counts) == set(range(100))
+    assert max(counts.values()) < 320 + 5 * 17 and min(counts.values()) > 320 - 5 * 17  # 5 sd of a binomial
+
+
+def test_the_reference_reproduces_the_published_vectors():
+    for case in json.loads(VECTORS.read_text())["schedule"]:
+        assert scheduled_indices(case["key"], case["round"], case["n"], case["k"]) == case["indices"]
+
+
+def test_keys_name_the_run_and_for_vertical_the_producer():
+    assert schedule_key("r", "vertical", "QmA") == "vertical/r/QmA" != schedule_key("r2", "vertical", "QmA")
+    assert schedule_key("r", "horizontal", "QmA") == schedule_key("r", "horizontal", "QmB") == "horizontal/r"
+    with pytest.raises(ValueError):
+        schedule_key("r", "vertical", None)
+
+
+@pytest.fixture
+def admit(tiny_policy, arith):
+    expect = Expectations(run_id="run", tokenizer=tokenizer_fingerprint(tiny_policy.tokenizer), staleness=2,
+                          schedule_depth=4)
+
+    def groups(key: str, k: int = 4, r: int = ROUND):
+        return generate_groups(HFSampler(tiny_policy), tiny_policy, arith, round_examples(arith, r, k, key),
+                               RolloutConfig(group_size=3, max_new_tokens=4), seed=0)
+
+    def check(gs, sender=PEER, r=ROUND):
+        packet = Packet(run_id="run", sender=sender, model_id="tiny-s", tokenizer=expect.tokenizer, policy_version=r,
+                        round=r, mode="vertical", groups=gs)
+        admission = Admission(expect, tiny_policy.scorer(arith))
+        out = admission.check(Received(peer_id=sender, round=r, digest="sha256:" + "0" * 64, data=encode(packet)), ROUND)
+        return out, admission.take_stats()["swarm/groups_unscheduled"]
+
+    return groups, check
+
+
+def test_admission_keeps_scheduled_groups_and_drops_the_others(admit):
+    groups, check = admit
+    mine = schedule_key("run", "vertical", PEER)
+    packet, dropped = check(groups(mine))
+    assert [g.example_id for g in packet.groups] == [g.example_id for g in groups(mine)] and dropped == 0
+    chosen = groups("an attacker's choice", k=3)  # any other problems: what `skew` picked before
+    packet, dropped = check(groups(mine, k=2) + chosen)
+    assert len(packet.groups) == 2 and dropped == 3
+    packet, dropped = check(groups(mine, k=6))  # beyond our depth (4): a peer answering more prompts than we take
+    assert len(packet.groups) == 4 and dropped == 2
+    with pytest.raises(Rejected) as e:  # nothing scheduled: refused
+        check(chosen)
+    assert e.value.reason == "unscheduled"
+    with pytest.raises(Rejected) as e:  # another sender's schedule, or another round's, is not ours
+        check(groups(schedule_key("run", "vertical", "QmOther")))
+    assert e.value.reason == "unscheduled"
+    with pytest.raises(Rejected) as e:
+        check(groups(mine, r=ROUND + 1))
+    assert e.value.reason == "unscheduled"
