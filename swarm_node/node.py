@@ -253,7 +253,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     row.update(swarm_stats)
 
                 # ---------------------------------------------------------------- combine
-                rollouts = buffer.take(r)
+                rollouts = buffer.take(r, drawn=len(own))  # peer slots as if none of ours were reserved
                 peer_groups = [x.group for x in rollouts if x.source != OWN]
                 row.update(group_stats(peer_groups, prefix=M.PEER_PREFIX))
                 if exchange is not None:

@@ -32,9 +32,8 @@ def _free_port() -> int:
 def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
     swarm = ["--rounds", "3", "--set", "swarm.min_peers=2", "--set", "swarm.deadline_s=90",
              "--set", "swarm.linger_s=15", "--run-id", "three",
-             "--set", "swarm.alone_wait_s=null",  # the first node waits the full deadline for the others
-             "--set", "swarm.guard_every=0"]  # with 2 prompts a round, both on the guard's reserve in 1 round of 25:
-    # no own group in the step, so no peer slot (a round of the first run of session 24 trained on nothing)
+             "--set", "swarm.alone_wait_s=null"]  # the first node waits the full deadline for the others
+    # the guard is on: a round whose 2 prompts are both on its reserve (1 in 25) still has 2 peer slots (session 25)
     first = procs(NodeProcess.join(["--model", "tiny-s", *COMMON, *swarm], tmp_path / "s"))
     peers = ["--peers", first.address()]
     others = [procs(NodeProcess.join(["--model", "tiny-m", "--set", "train.seed=1", *peers, *COMMON, *swarm],

@@ -803,12 +803,16 @@ def _total(rows: list[dict], key: str) -> int:
 @pytest.mark.slow
 def test_a_peer_echoing_our_own_packets_is_rejected_and_never_ends_the_wait(tmp_path, procs):
     """Issue 18 point 6: a real peer fetches the node's packets, re-signs them as its own (sender, created_at,
-    claimed rewards) and offers them back: each is rejected as `echo`, none is trained on, and a round
-    with only echoes waits for a real peer until its deadline."""
+    claimed rewards) and offers them back: each is rejected, none is trained on, and a round with only
+    echoes waits for a real peer until its deadline. Rejected as `unscheduled` since prompts follow a
+    public schedule (our problems are not on the echoing peer's, SPEC 14.5), else as `echo`; the echo
+    check itself: tests/test_admit.py, tests/test_exchange.py."""
     rows, summary = _victim_and_hostile(tmp_path, procs, "echo", ["--mode", "echo"], rounds=8)
-    echoes = _total(rows, "swarm/rejected/echo")
-    waits = [round(r["time/exchange_s"], 1) for r in rows if r.get("swarm/rejected/echo")]
-    print(f"\nechoes offered {len(summary['kinds'].get('echo', []))}, rejected as echo {echoes}, accepted "
+    reasons = ("swarm/rejected/echo", "swarm/rejected/unscheduled")
+    echoes = sum(_total(rows, key) for key in reasons)
+    waits = [round(r["time/exchange_s"], 1) for r in rows if any(r.get(key) for key in reasons)]
+    print(f"\nechoes offered {len(summary['kinds'].get('echo', []))}, rejected as echo {_total(rows, reasons[0])}, "
+          f"as unscheduled {_total(rows, reasons[1])}, accepted "
           f"{_total(rows, 'swarm/packets_accepted')}; exchange time of rounds with echoes {waits} s (deadline 6 s)")
     assert echoes >= 2 and _total(rows, "swarm/packets_accepted") == 0 and _total(rows, "swarm/peer_groups_used") == 0
     assert all(w >= 5.9 for w in waits)  # an echo never ends the wait

@@ -180,3 +180,14 @@ def test_combine(tiny_policy, arith, mode):
         assert [c for g in batch for c in g.completions] == [c for g, p in zip(groups, peer_copy)
                                                              for c in g.completions + p.completions]
     assert len(groups[0].completions) == 3  # inputs untouched
+
+
+def test_peer_slots_follow_the_own_groups_drawn_not_those_the_reserve_left():
+    """A round whose own prompts were all on the guard's reserve keeps its peer slots (`drawn`)."""
+    a, b = _teaching(), _teaching()
+    buffer = RolloutBuffer(max_peer_groups=8, peer_groups_per_own=1.0, max_peer_share=0.5)
+    buffer.add([a] * 3, "a")
+    buffer.add([b] * 3, "b")
+    assert [x.source for x in buffer.take(0, drawn=2)] == ["a", "b"]  # 2 slots, 1 per peer (share 0.5)
+    buffer.add([a] * 3, "a")
+    assert buffer.take(0) == []  # no own group added and none drawn: no slot

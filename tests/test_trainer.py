@@ -9,7 +9,7 @@ from swarm_node.train.batch import TrainBatch
 from swarm_node.train.policy import Policy
 from swarm_node.train.rollout import generate_groups, round_examples
 from swarm_node.train.sampling.hf import HFSampler
-from swarm_node.train.trainer import Trainer
+from swarm_node.train.trainer import NO_BAR, Trainer
 
 
 def _trainer(policy, cfg):
@@ -231,3 +231,28 @@ def arith_task():
     from swarm_node.tasks import load_task
 
     return load_task("arith")
+
+
+def test_a_step_without_own_samples_judges_peers_by_the_latest_bar():
+    """A round whose own prompts were all on the guard's reserve trains on peers' groups only
+    (RolloutBuffer.take(drawn=...)): there is no own sample to set the bar by, so the latest step's
+    bar judges the peers' positives, and before any own step none of them teaches."""
+    cfg = NodeConfig()
+    cfg.train.lr = 1e-3
+    policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
+    trainer = _trainer(policy, cfg)
+    groups = _groups_with_signal(policy, arith_task())
+    junk = policy.encode("qzqzq")
+    for c in groups[1].completions[:2]:  # two of the peer's completions no tiny model would write
+        c.tokens, c.logprobs = np.asarray(junk, np.uint32), np.full(len(junk), -0.1, np.float32)
+    peers_only = _batch(policy, groups, [True] * 8)
+    assert trainer._plausibility_floors(peers_only) == NO_BAR
+    stats = trainer.step(peers_only)
+    assert stats["train/active_frac"] == 0.0 and stats["train/grad_norm"] == 0.0  # nothing taught yet
+    for c in groups[0].completions:
+        c.logprobs = np.full(len(c.tokens), -0.2, np.float32)
+    trainer._plausibility_floors(_batch(policy, groups, [False] * 4 + [True] * 4))  # an own step sets the bar
+    assert trainer._plausibility_floors(peers_only) == pytest.approx((-1.2, -1.2))
+    stats = trainer.step(peers_only)
+    assert peers_only.rewards[5] == 1 and trainer.implausible[5]  # the peer's junk positive is judged, and dropped
+    assert stats["train/peer_implausible_frac"] > 0

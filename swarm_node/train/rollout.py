@@ -111,12 +111,16 @@ class RolloutBuffer:
     """Groups waiting to be trained on. `take` drains it into one step's batch, whose peer part is
     bounded by construction (docs/RELIABILITY.md, "bounded influence"):
 
-        peer slots   = min(max_peer_groups, floor(peer_groups_per_own * own groups))
+        peer slots   = min(max_peer_groups, floor(peer_groups_per_own * own groups drawn))
         one peer    <= ceil(max_peer_share * peer slots) groups
 
     so peers' data never outweighs the node's own (at the default 1.0), and k peers share the
     slots: one liar's groups are at most ceil(share * slots) / (own + slots) of a step (1 in 4
-    with the defaults: 2 own groups, 2 peer slots, 1 per peer). Peers are served round-robin,
+    with the defaults: 2 own groups, 2 peer slots, 1 per peer). Own groups drawn, not kept: the
+    guard's reserve drops ours on a reserved problem, and a round of 1 or 2 prompts whose own were
+    all reserved (1 in 5, or 1 in 25) trained on nothing; the reserve is secret, so a peer cannot
+    aim at those rounds, and the trainer judges their peers' positives by its latest own bar
+    (Trainer._plausibility_floors). Peers are served round-robin,
     the starting peer rotating with the round, each peer's groups in arrival order, groups that
     can teach (`has_signal`) before those that cannot: peers sending valid groups whose rewards
     are all equal (no gradient) used to take 4 of 5 slots from the honest one. Unused groups are
@@ -136,8 +140,11 @@ class RolloutBuffer:
     def add(self, groups: list[Group], source: str) -> None:
         self.entries.extend(Rollout(g, source) for g in groups)
 
-    def take(self, round_index: int = 0) -> list[Rollout]:
+    def take(self, round_index: int = 0, drawn: int | None = None) -> list[Rollout]:
+        """This step's rollouts: ours, then the peers' within the bounds; `drawn`: how many own groups
+        the round sampled (default: those added)."""
         own = [e for e in self.entries if e.source == OWN]
+        drawn = len(own) if drawn is None else drawn
         by_peer: dict[str, list[Rollout]] = {}
         for e in self.entries:
             if e.source != OWN:
@@ -147,7 +154,7 @@ class RolloutBuffer:
         if self.horizontal:
             slots, queues = self.max_peer_groups, [self._one_per_prompt(by_peer[p], own) for p in peers]
         else:
-            slots = min(self.max_peer_groups, math.floor(self.peer_groups_per_own * len(own) + 1e-9))
+            slots = min(self.max_peer_groups, math.floor(self.peer_groups_per_own * drawn + 1e-9))
             per_peer = math.ceil(self.max_peer_share * slots - 1e-9)
             queues = [sorted(by_peer[peer], key=lambda e: not has_signal(e.group))[:per_peer] for peer in peers]
         # vertical: every peer's teaching groups first, round-robin, then the rest (horizontal: a

@@ -26,6 +26,7 @@ stamps on its packets so receivers know how stale a generator was.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -36,6 +37,8 @@ from swarm_node.config import LossConfig, TrainConfig
 from swarm_node.train.batch import TrainBatch
 from swarm_node.train.loss import LOG_CLAMP, group_advantages, implausible, policy_loss, teach_only
 from swarm_node.train.policy import Policy
+
+NO_BAR = (math.inf, math.inf)  # _plausibility_floors: no sample of ours yet to set the bar by
 
 
 def loss_settings(cfg: LossConfig) -> dict:
@@ -84,6 +87,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.policy_version = 0
         self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
+        self.last_floors: tuple[float, float] | None = None  # the latest step's (a step without own samples uses them)
         self.implausible = torch.zeros(0, dtype=torch.bool)  # [N] last step: untrusted positives found implausible
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
@@ -93,6 +97,8 @@ class Trainer:
         peer_negatives = float(((advantages < 0) & batch.untrusted).float().mean()) if len(batch) else 0.0
         advantages = teach_only(advantages, batch.untrusted, self.loss.peer_negative_weight)  # [N]
         floors = self._plausibility_floors(batch)
+        if floors == NO_BAR:  # no sample of ours yet to judge a peer's by: its positives teach nothing this step
+            advantages, floors = torch.where(batch.untrusted, torch.zeros_like(advantages), advantages), None  # [N]
         active = ((advantages != 0) & (batch.lengths > 0)).nonzero().flatten()  # [n_active] rows run through the model
         total, n_active = len(batch), len(active)
         self.implausible = torch.zeros(total, dtype=torch.bool)  # [N]
@@ -152,16 +158,20 @@ class Trainer:
 
     def _plausibility_floors(self, batch: TrainBatch) -> tuple[float, float] | None:
         """(F_mean, F_token) of loss.implausible for this step, anchored at their first values
-        (None: no check, or no untrusted sample in the step)."""
+        (None: no check, or no untrusted sample in the step). A step without a sample of ours (its
+        own prompts were all in the guard's reserve) keeps the latest step's, NO_BAR before any."""
         margin = self.loss.peer_plausibility_margin
         lengths = batch.lengths  # [N]
         mine = ~batch.untrusted & (lengths > 0)  # [N] own and trusted samples
-        if margin is None or not bool(mine.any()):
+        if margin is None:
             return None
-        gen, m = batch.gen_logp[mine], batch.mask[mine] > 0  # [k, T], [k, T]
-        mean = (gen * m).sum(-1) / lengths[mine]  # [k] mean claimed log-prob per sample
-        worst = torch.where(m, gen, torch.full_like(gen, float("inf"))).amin(-1)  # [k] worst claimed token
-        floors = (float(torch.quantile(mean, 0.05)) - margin, float(torch.quantile(worst, 0.05)) - margin)
-        self.first_floors = self.first_floors or floors  # what the node wrote before any peer taught it
-        floors = (max(floors[0], self.first_floors[0]), max(floors[1], self.first_floors[1]))
-        return floors if bool(batch.untrusted.any()) else None
+        if bool(mine.any()):
+            gen, m = batch.gen_logp[mine], batch.mask[mine] > 0  # [k, T], [k, T]
+            mean = (gen * m).sum(-1) / lengths[mine]  # [k] mean claimed log-prob per sample
+            worst = torch.where(m, gen, torch.full_like(gen, float("inf"))).amin(-1)  # [k] worst claimed token
+            floors = (float(torch.quantile(mean, 0.05)) - margin, float(torch.quantile(worst, 0.05)) - margin)
+            self.first_floors = self.first_floors or floors  # what the node wrote before any peer taught it
+            self.last_floors = (max(floors[0], self.first_floors[0]), max(floors[1], self.first_floors[1]))
+        if not bool(batch.untrusted.any()):
+            return None
+        return self.last_floors or NO_BAR
