@@ -269,3 +269,24 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     admission = Admission(Expectations(run_id="r", tokenizer="t", staleness=1), resumed.scorer(arith))
     again = build_guard(cfg, trainer2, HFSampler(resumed), arith, path, admission)
     assert again.resets == 0 and _equal(again.alone, _weights(resumed)) and admission.refuses("peer-a", 16) is None
+
+
+def test_a_vouch_lapses_when_the_peer_falls_silent(tiny_policy, arith, monkeypatch):
+    """Ids vouched for early that then fall silent must not be the ones every later lockdown admits
+    (red team, session 24): a vouched peer that taught in none of the last VOUCH_SILENCE rounds is
+    not admitted; one that keeps teaching is."""
+    from swarm_node.train.guard import VOUCH_SILENCE
+
+    trainer, guard = _guard(tiny_policy, arith)
+    for _ in range(4):
+        guard.step([], 0, taught_by={"peer-steady", "peer-silent"})
+    for r in (5, 10):
+        _answers(monkeypatch, mixed_right=60, alone_right=40)  # a measured gain: both vouched for
+        guard.check(r)
+    assert guard.vouched == {"peer-steady", "peer-silent"}
+    for _ in range(VOUCH_SILENCE):
+        guard.step([], 0, taught_by={"peer-steady"})
+    _answers(monkeypatch, mixed_right=40, alone_right=60)  # a harm (the latest check alone), peer-steady teaching
+    verdict = guard.check(15)
+    assert verdict.locked_until > 15 and verdict.admitted == {"peer-steady"}  # forgiven once; the silent one lapsed
+    assert guard.vouched == set() and guard.taught_step == {}

@@ -28,7 +28,8 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
                   guard_ban_rounds, doubled per harm in the last 200 rounds (at most 8x), only
                   vouched peers teach (64 Sybil ids would otherwise take turns, each new batch
                   un-teaching the node until the next verdict); a vouched peer that taught in
-                  the bad window stays admitted this once and loses its vouching
+                  the bad window stays admitted this once and loses its vouching, and one that
+                  taught in none of the last VOUCH_SILENCE (50) rounds loses it too
     C - B > bar   help: the peers that taught in at least half the rounds since the last verdict
                   are vouched for. The reference stays alone: until session 24 it became a copy
                   of mixed here, and a gap that drifts by +-5 points made that a channel for harm
@@ -87,6 +88,7 @@ WINDOW, CONFIRM = 3, 2  # checks pooled, checks a verdict needs (1 after the las
 SMALL_WINDOW = 150  # problems per window below which the guard warns that it only sees large harms
 MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
 LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
+VOUCH_SILENCE = 50  # a vouched peer that taught in none of our last 50 rounds is no longer admitted in a lockdown
 
 
 STATE_KEYS = {"alone", "optimizer", "taught", "rounds", "known", "offences", "vouched", "recent", "harms", "resets",
@@ -124,6 +126,8 @@ class Guard:
         self.offences: Counter[str] = Counter()  # bans of each peer, forgotten LOCKDOWN_MEMORY rounds after its latest
         self.offended_at: dict[str, int] = {}  # peer -> round of its latest ban
         self.vouched: set[str] = set()  # taught through a measured gain, not in a harmful window since
+        self.steps = 0  # rounds stepped
+        self.taught_step: dict[str, int] = {}  # vouched peer -> the latest step it taught in
         self.recent: list[tuple[int, int, int]] = []  # (b, c, n) of the last WINDOW checks since the last verdict
         self.harms: list[int] = []  # rounds of the harms found
         self.resets = 0
@@ -138,6 +142,8 @@ class Guard:
         start = time.perf_counter()
         self.taught.update(taught_by)
         self.rounds += 1
+        self.steps += 1
+        self.taught_step.update(dict.fromkeys(taught_by & self.vouched, self.steps))
         examples = [ex for ex in examples if not self.reserve.reserved(ex)]  # horizontal mode: the run's prompts
         if not examples:
             return time.perf_counter() - start
@@ -185,7 +191,9 @@ class Guard:
                         "distrusted %s; only %d vouched for teach until round %d", N, B - C, bar, b - c, n,
                         len(verdict.distrusted), sorted(verdict.distrusted), len(verdict.admitted), verdict.locked_until)
         elif ready and C - B > bar:
-            self.vouched |= {p for p, n in self.taught.items() if 2 * n >= self.rounds}
+            vouched = {p for p, n in self.taught.items() if 2 * n >= self.rounds}
+            self.vouched |= vouched
+            self.taught_step.update(dict.fromkeys(vouched, self.steps))  # each taught within the last `rounds`
         if ready and abs(B - C) > bar or fresh_harm:
             self.known |= self.taught.keys()
             self.taught, self.rounds, self.recent = Counter(), 0, []
@@ -208,7 +216,10 @@ class Guard:
             self.offended_at[peer] = round_index
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
         forgiven = taught & self.vouched  # this once
-        self.vouched -= taught
+        # vouching lapses with silence: else ids vouched for early that fell silent were the only ones every later
+        # lockdown admitted (red team, session 24), free to come back and teach a window each
+        self.vouched = {p for p in self.vouched - taught if self.steps - self.taught_step.get(p, 0) < VOUCH_SILENCE}
+        self.taught_step = {p: self.taught_step[p] for p in self.vouched}
         self.resets += 1
         self.harms = [r for r in self.harms if round_index - r < LOCKDOWN_MEMORY] + [round_index]
         doublings = min(len(self.harms) - 1, MAX_LOCKDOWN_DOUBLINGS)
@@ -221,6 +232,7 @@ class Guard:
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
                 "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
                 "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": sorted(self.vouched),
+                "steps": self.steps, "taught_step": dict(self.taught_step),
                 "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
                 "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits),
@@ -243,6 +255,7 @@ class Guard:
         self.taught, self.rounds = Counter(state["taught"]), state["rounds"]
         self.known, self.offences, self.vouched = set(state["known"]), Counter(state["offences"]), set(state["vouched"])
         self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
+        self.steps, self.taught_step = state.get("steps", 0), dict(state.get("taught_step", {}))  # before session 25: none
         self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
         self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
         self.lockdown_admits = frozenset(state["lockdown_admits"])
