@@ -188,7 +188,8 @@ class TrainConfig:
     checkpoint_every: int = 5
     """Write a checkpoint every this many rounds (and after the last); 0 = only at the end."""
     seed: int | None = None
-    """Seed for prompt sampling and generation; None = 0 alone, the peer id in a swarm (rollout.draws_key)."""
+    """Seed for generation, and alone for the prompts (a swarm node's are its public schedule, by peer id);
+    None = 0 alone, the peer id in a swarm (rollout.draws_key)."""
     warmstart_steps: int | None = None
     """Supervised steps on reference completions before RL (None = 600 for tiny presets, 0 for real models)."""
     warmstart_lr: float = 1e-3

@@ -46,12 +46,13 @@ def round_examples(task: Task, round_index: int, k: int, key: str) -> list[Examp
 
 
 def draws_key(seed: int | None, peer_id: str | None) -> str:
-    """What a node's prompts and sampling seeds derive from: `train.seed` when set (reproducible,
-    paired runs; give every node its own); unset, a swarm node's peer id, and 0 alone.
+    """What a node's sampling seeds (and alone, its prompts) derive from: `train.seed` when set
+    (reproducible, paired runs; give every node its own); unset, a swarm node's peer id, and 0 alone.
+    In a swarm the prompts are the node's public schedule (wire/schedule.py), keyed by its peer id.
 
-    Nodes left at one default seed would draw the same prompts with the same sampling seeds, and
-    with the same warm start offer each other copies of their own groups (rejected as echoes). The
-    peer id is stable across `--resume` given the same `--identity`.
+    Nodes left at one default seed would sample with the same seeds, and with the same warm start
+    and prompts offer each other copies of their own groups (rejected as echoes). The peer id is
+    stable across `--resume` given the same `--identity`.
     """
     if seed is not None:
         return str(seed)
