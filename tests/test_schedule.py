@@ -87,3 +87,24 @@ def test_admission_keeps_scheduled_groups_and_drops_the_others(admit):
     with pytest.raises(Rejected) as e:
         check(groups(mine, r=ROUND + 1))
     assert e.value.reason == "unscheduled"
+
+
+def _schedule_from_spec(key: str, r: int, n: int, k: int) -> list[int]:
+    """SPEC section 14.5 read literally, as a third party would write it (no reference code)."""
+    import hashlib
+
+    taken, i = [], 0
+    while len(taken) < min(k, n):
+        h = hashlib.sha256(("swarm-node/schedule/v1/" + key + "/" + str(r) + "/" + str(i)).encode("utf-8")).digest()
+        i += 1
+        v = int.from_bytes(h[:8], "big")
+        if v >= 2**64 - (2**64 % n):
+            continue
+        if v % n not in taken:
+            taken.append(v % n)
+    return taken
+
+
+def test_the_spec_text_alone_gives_the_published_vectors():
+    for case in json.loads(VECTORS.read_text())["schedule"]:
+        assert _schedule_from_spec(case["key"], case["round"], case["n"], case["k"]) == case["indices"]
