@@ -39,6 +39,9 @@ RESULTS = ROOT / "bench" / "results" / "redteam_matrix.json"
 # kind -> (attacker processes, extra poisoner arguments), in the order the matrix runs them
 KINDS = {
     "none": (0, ""),
+    # the no-attack run again (the same ids, prompts and seeds, another secret reserve): how far two honest runs
+    # of one seed land apart, the noise every other kind's difference carries
+    "control": (0, ""),
     "forged": (2, ""),
     "skew": (2, ""), "slotkeep": (4, ""),
     "zeros": (2, ""), "noncanonical": (2, ""), "synonyms": (2, ""), "onepositive": (2, ""), "padded": (2, ""),
