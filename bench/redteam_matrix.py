@@ -52,6 +52,8 @@ KINDS = {
     # teaching, and a peer that delivers one packet in 4 rounds
     "wrongkeep": (4, ""), "nocarry": (4, ""), "laggard": (1, "--ahead 2"),
 }
+# kind+variant: the kind against V and H run with other settings (e.g. skew+cap), paired with the plain none
+VARIANTS = {"cap": ["loss.peer_max_advantage=1.0"]}
 BUSY = "ci/run|swarm-node demo|pytest"  # other people's work this machine is shared with
 POLL_S = 30
 
@@ -155,7 +157,8 @@ def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS),
+                    choices=[*KINDS, *(f"{k}+{v}" for k in KINDS for v in VARIANTS)])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--until", default="23:59", help="UTC HH:MM: no cell starts after it")
@@ -179,7 +182,8 @@ def main() -> int:
     cells = [(kind, seed) for kind in ["none", *[k for k in args.kinds if k != "none"]] for seed in args.seeds
              if kind in args.kinds or kind == "none"]
     for kind, seed in cells:
-        attackers, extra = KINDS[kind]
+        base, _, variant = kind.partition("+")
+        attackers, extra = KINDS[base]
         cell = {"kind": kind, "seed": seed, "rounds": args.rounds, "attackers": attackers, "attacker_args": extra,
                 "eval_limit": args.eval_limit}
         if key(cell) in {key(r) for r in load_runs(path)}:
@@ -188,7 +192,8 @@ def main() -> int:
             print(f"--until {args.until} reached: stopping before {kind} seed {seed}", flush=True)
             break
         print(f"{time.strftime('%H:%M:%S')} cell {kind} seed {seed}", flush=True)
-        res = {**run_swarm(kind, args.rounds, attackers, extra, seed, args.eval_limit), "eval_limit": args.eval_limit}
+        res = {**run_swarm(base, args.rounds, attackers, extra, seed, args.eval_limit, VARIANTS.get(variant, [])),
+               "kind": kind, "eval_limit": args.eval_limit}
         runs = load_runs(path) + [res]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -68,12 +68,13 @@ def guard_figures(v_rows: list[dict], h_rows: list[dict]) -> dict:
 
 
 def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", seed: int = 0,
-              eval_limit: int | None = None) -> dict:
+              eval_limit: int | None = None, victim_sets: list[str] = ()) -> dict:
     """V + H + `attackers` poisoner processes of `kind` for `rounds` rounds; V's and H's held-out pass@1 at
     round 0 and at the end (on `eval_limit` problems; None: victim_args' 200), V's defence metrics and the
     groups per peer of V's steps. Seed s: V trains with train.seed 2s, H with 2s + 1, attacker k with
     --seed 10s + k (s = 0: this script's old runs); V and H keep one peer id per seed (IDENTITIES) and the
-    run id is the seed's, so every kind's V and H answer the same prompts as in the no-attack cell."""
+    run id is the seed's, so every kind's V and H answer the same prompts as in the no-attack cell.
+    `victim_sets`: config settings of both V and H (`key=value`, a variant of the defences)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{kind}-{seed}-"))
     run, model = f"redteam-{seed}", public_warm_start(VICTIM_WARMSTART_STEPS)
     IDENTITIES.mkdir(parents=True, exist_ok=True)
@@ -85,7 +86,7 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
     evaluate = ["--set", "train.eval_every=5", *(["--set", f"task.eval_limit={eval_limit}"] if eval_limit is not None else [])]
     # V and H serve their last packet until both are done: the one left alone used to wait the 20 s deadline
     # for the other each round (alone_wait_s=null, so that V waits for H at the start): 766-863 s cells
-    evaluate += ["--set", f"swarm.linger_s={LINGER_S}"]
+    evaluate += ["--set", f"swarm.linger_s={LINGER_S}", *(x for s in victim_sets for x in ("--set", s))]
     try:
         v = NodeProcess.join([*victim_args(rounds), *evaluate, *ident("victim"), "--run-id", run,
                               "--set", f"train.seed={2 * seed}"], tmp / "victim")

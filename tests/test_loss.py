@@ -426,6 +426,7 @@ def test_teach_only_scales_only_untrusted_negatives():
     assert teach_only(adv, untrusted, 0.0).tolist() == [0.0, 0.5, -0.25, 2.0, 0.0]
     assert teach_only(adv, untrusted, 0.5).tolist() == [-0.75, 0.5, -0.25, 2.0, 0.0]
     assert teach_only(adv, untrusted, 1.0).tolist() == adv.tolist()
+    assert teach_only(adv, untrusted, 0.0, cap=0.25).tolist() == [0.0, 0.25, -0.25, 2.0, 0.0]  # untrusted only
     with pytest.raises(ValueError, match="untrusted must be"):
         teach_only(adv, untrusted[:2], 0.0)
     with pytest.raises(ValueError, match="peer_negative_weight"):

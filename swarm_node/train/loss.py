@@ -55,6 +55,10 @@ Peers teach, never un-teach (`teach_only`, LossConfig.peer_negative_weight w, de
   the node's own reward verified, raise the same digits only after a prefix it never writes. With
   w = 0 an untrusted peer's data can only raise the likelihood of completions this node's reward
   verified correct; w = 1 is the paper's objective for every peer (and always for trusted peers).
+    A_i := min(A_i, a)   where sample i came from such a peer (LossConfig.peer_max_advantage a,
+                         default None: uncapped)
+  A group's one correct completion among G - 1 wrong ones gets A = sqrt(G - 1) (3.3 at G = 12),
+  the largest push one sample can carry, and a peer chooses which groups it sends that way.
 
 Plausible teaching only (`implausible`, LossConfig.peer_plausibility_margin m, default 1 nat):
     A_i := 0   where sample i came from an untrusted peer, A_i > 0 and
@@ -123,12 +127,15 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, eps: float = 1e-4) -> T
     return adv.to(out_dtype)  # [N]
 
 
-def teach_only(advantages: Tensor, untrusted: Tensor, weight: float) -> Tensor:
-    """A_i scaled by `weight` where `untrusted` (bool [N]) and A_i < 0; unchanged elsewhere."""
+def teach_only(advantages: Tensor, untrusted: Tensor, weight: float, cap: float | None = None) -> Tensor:
+    """A_i scaled by `weight` where `untrusted` (bool [N]) and A_i < 0, and at most `cap` there
+    (None: uncapped); unchanged elsewhere."""
     if untrusted.shape != advantages.shape:
         raise ValueError(f"untrusted must be [N]={tuple(advantages.shape)}, got {tuple(untrusted.shape)}")
     scaled = advantages * weight  # [N]
-    return torch.where(untrusted & (advantages < 0), scaled, advantages)  # [N]
+    if cap is not None:
+        scaled = torch.where(advantages > 0, advantages.clamp(max=cap), scaled)  # [N]
+    return torch.where(untrusted & ((advantages < 0) | (cap is not None)), scaled, advantages)  # [N]
 
 
 def implausible(logp: Tensor, mask: Tensor, mean_floor: float, token_floor: float = -float("inf")) -> Tensor:

@@ -95,7 +95,8 @@ class Trainer:
         start = time.perf_counter()
         advantages = group_advantages(batch.rewards, batch.group)  # [N]
         peer_negatives = float(((advantages < 0) & batch.untrusted).float().mean()) if len(batch) else 0.0
-        advantages = teach_only(advantages, batch.untrusted, self.loss.peer_negative_weight)  # [N]
+        advantages = teach_only(advantages, batch.untrusted, self.loss.peer_negative_weight,
+                                self.loss.peer_max_advantage)  # [N]
         floors = self._plausibility_floors(batch)
         if floors == NO_BAR:  # no sample of ours yet to judge a peer's by: its positives teach nothing this step
             advantages, floors = torch.where(batch.untrusted, torch.zeros_like(advantages), advantages), None  # [N]
