@@ -108,3 +108,37 @@ def _schedule_from_spec(key: str, r: int, n: int, k: int) -> list[int]:
 def test_the_spec_text_alone_gives_the_published_vectors():
     for case in json.loads(VECTORS.read_text())["schedule"]:
         assert _schedule_from_spec(case["key"], case["round"], case["n"], case["k"]) == case["indices"]
+
+
+def test_copies_of_one_scheduled_problem_count_once(admit):
+    """Red team, session 25: 16 copies of the one scheduled problem whose answer suited the attacker
+    were all admitted, and 8 of them trained in every step. Each scheduled problem counts once."""
+    groups, check = admit
+    mine = groups(schedule_key("run", "vertical", PEER))
+    packet, dropped = check([mine[0]] * 4 + [mine[1]])
+    assert [g.example_id for g in packet.groups] == [mine[0].example_id, mine[1].example_id] and dropped == 3
+
+
+def test_round_zero_is_refused(admit):
+    groups, check = admit
+    with pytest.raises(Rejected) as e:  # round 0 is the starting point: nobody generates it
+        check(groups(schedule_key("run", "vertical", PEER), r=0), r=0)
+    assert e.value.reason == "stale"
+
+
+def test_a_split_with_skipped_records_schedules_its_examples_not_their_ids(tmp_path, tiny_policy):
+    """GSM8K ids keep the record's line (a record without a number is skipped), so the schedule's
+    index i is the split's i-th example, not the id `train/i`: an honest sender's groups all pass."""
+    from swarm_node.tasks import load_task
+
+    lines = [json.dumps({"question": f"Q{i}?", "answer": f"#### {i}" if i % 3 else "no number"}) for i in range(30)]
+    (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
+    task = load_task("gsm8k", str(tmp_path / "train.jsonl"))
+    assert len(task.split("train")) == 20 and task.split("train")[5].id != "train/5"
+    expect = Expectations(run_id="run", tokenizer=tokenizer_fingerprint(tiny_policy.tokenizer), staleness=2,
+                          schedule_depth=4)
+    admission = Admission(expect, tiny_policy.scorer(task))
+    for r in range(1, 20):
+        examples = round_examples(task, r, 4, schedule_key("run", "vertical", PEER))
+        assert {ex.id for ex in examples} == admission._scheduled(PEER, r, 4)
+    assert admission._scheduled(PEER, 1, 20) is admission._scheduled(PEER, 1, 99)  # the whole split: no hashing

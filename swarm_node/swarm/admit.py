@@ -15,9 +15,10 @@ docs/RELIABILITY.md lists them). The checks, in order:
     round         within the staleness bound of our round (a slower or faster peer's newest packet:
                   within max_lag), and the round the peer's offer announced
     schedule      a group whose problem is not among the first `schedule_depth` of the sender's
-                  public schedule for the packet's round (wire/schedule.py) is dropped
-                  (`swarm/groups_unscheduled`), a packet left with none refused (`unscheduled`):
-                  a peer cannot pick which problems to teach, only which of its scheduled ones
+                  public schedule for the packet's round (wire/schedule.py), or repeats one of the
+                  packet's problems, is dropped (`swarm/groups_unscheduled`), a packet left with
+                  none refused (`unscheduled`): a peer cannot pick which problems to teach, only
+                  which of its scheduled ones
     task/example  the task is ours and every example id exists in our copy of the dataset, in
                   its train split (a held-out example would leak the evaluation set into training)
     prompt        the prompt tokens equal our own rendering of that example's prompt
@@ -65,6 +66,17 @@ from swarm_node.wire.contract import prompt_base, prompt_digest
 from swarm_node.wire.schedule import schedule_key, scheduled_indices
 
 MAX_OWN_GROUPS = 8192  # content hashes of our offered groups remembered, the newest (two per group in an open swarm)
+MAX_SCHEDULES = 1024  # (sender, round) schedules remembered
+
+
+class _Everything:
+    """A depth at least the split's size schedules every problem."""
+
+    def __contains__(self, item) -> bool:
+        return True
+
+
+EVERYTHING = _Everything()
 
 
 def content_hash(group) -> bytes:
@@ -105,7 +117,8 @@ class Admission:
         self.retokenized = 0  # completions whose ids we replaced by our tokenizer's, since the last take_stats
         self.duplicates = 0  # peers' groups equal to one of ours dropped (horizontal mode), since the last take_stats
         self.unscheduled = 0  # peers' groups outside their sender's schedule dropped, since the last take_stats
-        self.n_train = len(self.task.split("train")) if expect.schedule_depth else 0
+        self.train = self.task.split("train") if expect.schedule_depth else ()  # schedule index i: self.train[i]
+        self.schedules: OrderedDict[tuple[str, int], set[str]] = OrderedDict()  # (key, round) -> example ids
         self.base = prompt_base(scorer.tokenizer) if expect.prompts == "sha256" else 0  # digits of a prompt digest
         self.own: OrderedDict[bytes, None] = OrderedDict()  # content hashes of groups we offered, newest last
         self.distrusted: dict[str, int] = {}  # peer -> the round from which its packets are admitted again
@@ -151,7 +164,7 @@ class Admission:
     def check(self, item: Received, round_index: int) -> Packet:
         """The packet in `item` with rewards recomputed, or raise Rejected."""
         packet = self._decode(item, round_index)
-        self._drop_unscheduled(packet)
+        self._keep_scheduled(packet)
         for group in packet.groups:
             self._check_group(group)
         self._drop_echoes(packet, "")  # as sent: our ids as sampled
@@ -172,22 +185,40 @@ class Admission:
         self.rewards_corrected = self.retokenized = self.duplicates = self.unscheduled = 0
         return stats
 
-    def _drop_unscheduled(self, packet: Packet) -> None:
+    def _keep_scheduled(self, packet: Packet) -> None:
         """Keep the groups whose problem the sender's schedule gives it for the packet's round (within
-        our depth); refuse a packet with none. An id that is not a known `train/<index>` is left to the
-        group checks (unknown or held-out: the packet is refused)."""
+        our depth), each problem once; refuse a packet left with none. An id that is not a known train
+        example is left to the group checks (unknown or held-out: the packet is refused). Copies of one
+        scheduled problem would otherwise fill the sender's whole share of a step (red team, session 25:
+        16 copies of its one `skew` target, 8 of them trained a step)."""
         depth = self.expect.schedule_depth
         if not depth:
             return
-        key = schedule_key(self.expect.run_id, "horizontal" if self.expect.horizontal else "vertical", packet.sender)
-        allowed = {f"train/{i}" for i in scheduled_indices(key, packet.round, self.n_train, depth)}
-        kept = [g for g in packet.groups if g.example_id in allowed or not g.example_id.startswith("train/")
-                or self.task.example(g.example_id) is None]
+        allowed = self._scheduled(packet.sender, packet.round, depth)
+        kept, seen = [], set()
+        for g in packet.groups:
+            if g.example_id in allowed and g.example_id not in seen or self.task.example(g.example_id) is None \
+                    or not g.example_id.startswith("train/"):
+                kept.append(g)
+                seen.add(g.example_id)
         self.unscheduled += len(packet.groups) - len(kept)
         if packet.groups and not kept:
             raise Rejected("unscheduled", f"none of {len(packet.groups)} groups is in {packet.sender}'s schedule "
                                           f"for round {packet.round} (SPEC 14.5)")
         packet.groups = kept
+
+    def _scheduled(self, sender: str, round_index: int, depth: int) -> set[str] | _Everything:
+        """The example ids of the first `depth` problems of `sender`'s schedule for `round_index` (the
+        mode is ours, never the packet's: SPEC 14.5), the last MAX_SCHEDULES remembered."""
+        if depth >= len(self.train):
+            return EVERYTHING
+        key = schedule_key(self.expect.run_id, "horizontal" if self.expect.horizontal else "vertical", sender)
+        if (key, round_index) not in self.schedules:
+            self.schedules[key, round_index] = {self.train[i].id for i in
+                                                scheduled_indices(key, round_index, len(self.train), depth)}
+            while len(self.schedules) > MAX_SCHEDULES:
+                self.schedules.popitem(last=False)
+        return self.schedules[key, round_index]
 
     def _drop_echoes(self, packet: Packet, how: str) -> None:
         """Refuse a packet with a group equal to one of ours (vertical); in horizontal mode drop
@@ -222,6 +253,8 @@ class Admission:
             raise Rejected("tokenizer_mismatch", packet.tokenizer)
         if abs(packet.round - round_index) > max(expect.staleness, expect.max_lag):
             raise Rejected("stale", f"round {packet.round} vs ours {round_index}")
+        if packet.round < 1:  # round 0 is the starting point: no node generates or offers it
+            raise Rejected("stale", f"round {packet.round}")
         if packet.round != item.round:
             raise Rejected("round_mismatch", f"packet says round {packet.round}, its offer said {item.round}")
         return packet

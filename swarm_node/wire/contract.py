@@ -172,6 +172,8 @@ SCHEDULE_CASES = [  # (key, round, n, k): section 14.5
     ("vertical/my-run/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", 7, 7_473, 2),
     ("horizontal/swarm-node", 3, 100_000, 4),
     ("horizontal/swarm-node", 3, 5, 5),  # the whole split, in scheduled order
+    ("horizontal/swarm-node", 4, 3, 10),  # k above n: the whole split
+    ("vertical/swarm-node/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", 1, 2**62 + 1, 8),  # a quarter of draws skipped
 ]
 GSM8K_QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?"
 
