@@ -37,7 +37,7 @@ said otherwise the claimed log-probs are the public model's own and half of a gr
   * late          a sleeper: the public model's own samples, honestly scored, for --late-round (50)
                   rounds (earns its mesh slot), then the original `forged` attack.
   Designed here against the current defences (both clear every check and the plausibility bars):
-  * skew          selection, not spelling: only train examples whose answer ends in --digit (0), each
+  * skew          selection, not spelling: only scheduled examples whose answer ends in --digit (0), each
                   group one reference positive (screened against both estimated bars: the victim's own
                   `#### <n>`, verified correct) and G - 1 wrong answers, whose zero weight at the victim
                   still makes the positive's advantage ~3.2. Every completion it teaches is correct and
@@ -49,6 +49,8 @@ said otherwise the claimed log-probs are the public model's own and half of a gr
                   are junk groups. Run as several ids, it also takes V's per-step peer slots
                   (round-robin, `max_peer_share` each) from the honest peer.
 
+Every kind answers only problems of the sending id's public schedule (SPEC 14.5: receivers drop the
+others), the first --groups (16, the victims' depth) of each round, each once.
 It offers each round's packet --ahead (3) rounds before the honest peers reach it, so it is there
 when they collect. Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
 `ATTACKER <peer id>` once it is up. With `--ids K` it is K Sybils in one process (bench/redteam_eclipse.py
