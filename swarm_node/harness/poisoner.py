@@ -54,8 +54,8 @@ others), the first --groups (16, the victims' depth) of each round, each once.
 It offers each round's packet --ahead (3) rounds before the honest peers reach it, so it is there
 when they collect. Bounded: exits after --seconds, 20 s after the honest peers left, or on SIGTERM. Prints
 `ATTACKER <peer id>` once it is up. With `--ids K` it is K Sybils in one process (bench/redteam_eclipse.py
---one-process): K peer ids, one model, each round's groups built once and offered by every id in a packet
-signed as its own (the victim may take the same poisoned groups from several neighbours); it prints
+--one-process): K peer ids, one model, each id's packet built for its own schedule and signed as its
+own (K ids choose among K x 16 scheduled problems a round); it prints
 `ATTACKER <id> <id> ...`.
 """
 from __future__ import annotations
