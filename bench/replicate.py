@@ -105,7 +105,8 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
         # peer's negatives and claimed log-probs, as the paper trains on them (the open-swarm
         # defaults, loss.peer_negative_weight = 0 and the plausibility check, came later)
         sets.update({"loss.C_negative": None, "loss.positive_floor": 0.0, "loss.peer_negative_weight": 1.0,
-                     "loss.peer_plausibility_margin": None, "swarm.guard_every": 0})  # and no guard (train/guard.py)
+                     "loss.peer_plausibility_margin": None, "loss.peer_max_advantage": None,
+                     "swarm.guard_every": 0})  # and no guard (train/guard.py)
     if mode == "horizontal":
         sets.update(PAPER_HORIZONTAL)
     command = "train"

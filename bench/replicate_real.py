@@ -75,7 +75,7 @@ def overrides(args, node: str, arm: str, seed: int, out: Path, model: str = MODE
             "rollout.group_size": G, "rollout.max_new_tokens": 24, "rollout.temperature": 1.0,
             "rollout.prompts_per_round": 2 if mode is None else 1,
             "loss.variant": variant, "loss.g": g, "loss.C": 2.0, "loss.C_negative": None, "loss.positive_floor": 0.0,
-            "loss.peer_negative_weight": 1.0, "loss.peer_plausibility_margin": None}
+            "loss.peer_negative_weight": 1.0, "loss.peer_plausibility_margin": None, "loss.peer_max_advantage": None}
     if mode == "horizontal":
         sets.update(PAPER_HORIZONTAL)
     if mode is not None:

@@ -42,7 +42,8 @@ NOTES = {  # why a claim may behave differently in miniature; the numbers are in
        "prompt and trains on 1 own + 1 peer group of 12. Both generate 12 completions a round per node.",
     "4-open": "Not one of the paper's claims: the check that the project's defences against poisoning peers "
               "(issue 26) leave honest collaboration intact. f-tis-open is the f-tis arm with loss.C_negative, "
-              "loss.positive_floor, loss.peer_negative_weight and loss.peer_plausibility_margin at their "
+              "loss.positive_floor, loss.peer_negative_weight, loss.peer_plausibility_margin and "
+              "loss.peer_max_advantage at their "
               "defaults instead of the paper's values; everything else is the same.",
     6: "g only acts on negative-advantage peer sequences; the dropped fraction per g shows how many it "
        "removes. A smaller g drops more, but too few sequences change for accuracy to move measurably here.",

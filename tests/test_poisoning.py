@@ -44,7 +44,8 @@ NODE = victim_args(ROUNDS)
 def attacked_swarm(tmp: Path, procs, arm: str) -> tuple[list[dict], list[dict]]:
     """(V's rows, H's rows) of one run with the attacker serving V, in `arm` (see ARMS)."""
     run, model = f"poison-{arm}", public_warm_start(VICTIM_WARMSTART_STEPS)  # cached first: the nodes reuse it
-    loss = (["--set", "loss.peer_negative_weight=1", "--set", "loss.peer_plausibility_margin=null"] if arm == "paper"
+    loss = (["--set", "loss.peer_negative_weight=1", "--set", "loss.peer_plausibility_margin=null",
+             "--set", "loss.peer_max_advantage=null"] if arm == "paper"
             else ["--set", f"loss.peer_negative_weight={arm}"]) + ["--run-id", run]
     v = procs(NodeProcess.join([*NODE, *loss, "--set", "train.seed=0"], tmp / "victim"))
     h = procs(NodeProcess.join([*NODE, *loss, "--set", "train.seed=1", "--peers", v.address()], tmp / "honest"))
