@@ -56,9 +56,10 @@ Peers teach, never un-teach (`teach_only`, LossConfig.peer_negative_weight w, de
   w = 0 an untrusted peer's data can only raise the likelihood of completions this node's reward
   verified correct; w = 1 is the paper's objective for every peer (and always for trusted peers).
     A_i := min(A_i, a)   where sample i came from such a peer (LossConfig.peer_max_advantage a,
-                         default None: uncapped)
+                         default 1.0, what a half-correct group gives its positives; None: uncapped)
   A group's one correct completion among G - 1 wrong ones gets A = sqrt(G - 1) (3.3 at G = 12),
-  the largest push one sample can carry, and a peer chooses which groups it sends that way.
+  the largest push one sample can carry, and a peer chooses which groups it sends that way: the red
+  team's `skew` sent only such groups, on the problems whose answer ends in 0.
 
 Plausible teaching only (`implausible`, LossConfig.peer_plausibility_margin m, default 1 nat):
     A_i := 0   where sample i came from an untrusted peer, A_i > 0 and
