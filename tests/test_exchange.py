@@ -285,3 +285,23 @@ def test_implausible_only_names_the_peers_whose_every_taken_positive_was_dropped
     positive = torch.tensor([True, False, True, True, True, True, False])
     dropped = torch.tensor([True, False, True, True, True, False, False])  # an own row never counts
     assert implausible_only(sources, positive, dropped) == {"QmA"}  # QmB kept one positive; QmC had none
+
+
+def test_min_peers_does_not_wait_for_a_producer_that_left_or_ran_away():
+    """min_peers = 2: a producer that offered packets of our rounds before and offers none now (it left,
+    or a lockdown let it run 35 rounds ahead, as in session 25's demo) no longer keeps every round
+    waiting the whole deadline; it counts again once it offers near our round."""
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=2", "swarm.deadline_s=20"])
+    offers = {"QmA": [(5, "sha256:a", 9)], "QmB": [(5, "sha256:b", 9)]}
+    transport = ScriptedTransport()
+    transport.peers = lambda: [PeerInfo(p, "m", "t", 2, 5, 1, o, 0.0) for p, o in offers.items()]
+    exchange = Exchange(transport, cfg.swarm, "m", "t")
+    assert exchange._wanted(3, 7) == 2
+    offers["QmB"] = [(50, "sha256:b50", 9)]  # far ahead
+    assert exchange._wanted(3, 7) == 1
+    del offers["QmB"]  # gone
+    assert exchange._wanted(3, 7) == 1
+    offers["QmB"] = [(6, "sha256:b6", 9)]  # back near our round
+    assert exchange._wanted(3, 7) == 2
+    offers["QmC"] = []  # a new producer that offers nothing yet: min_peers holds
+    assert exchange._wanted(3, 7) == 2

@@ -47,6 +47,7 @@ from swarm_node.wire.contract import by_reference
 
 log = logging.getLogger(__name__)
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
+MAX_PRODUCERS = 256  # producers remembered as having offered packets of our rounds (_wanted)
 FAIR_ROUNDS = 2  # fair arrival waits only for neighbours that delivered a packet we took in one of our last 2 rounds
 REFUSAL_ROUNDS = 100  # a neighbour that refused a fetch or let a fair wait run out: no newcomer wait for 100 rounds
 FAIR_SLICE_S = 0.25  # during a fair wait, whom to wait for is asked again this often (a refusal ends it)
@@ -75,6 +76,7 @@ class Exchange:
         self.prompt_base = prompt_base  # V of our tokenizer: prompt digests are written in base V (prompts=sha256)
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
         self.implausible_at: dict[str, int] = {}  # peer -> our last round whose step found all its positives implausible
+        self.producing: dict[str, None] = {}  # producers that offered packets of our rounds, newest last (_wanted)
         self.refused_at: dict[str, int] = {}  # peer -> our last round in which a fetch of it failed or was refused,
         #   or a fair wait for it as a new neighbour ran out: no more newcomer waits for it (`_fair_wait_for`)
         transport.measure()  # we credit useful packets (`credit`): the mesh may replace neighbours that deliver none
@@ -104,14 +106,15 @@ class Exchange:
         heard: set[str] = set()  # peers that delivered a packet this round (accepted or not)
         t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
         fair_for: set[str] = set()  # the neighbours a fair wait was spent on this round
+        wanted = self._wanted(oldest, newest)
         for _ in range(MAX_COLLECTS):
             have = {peer for peer, _ in accepted}
-            if t_fair is None and 0 < s.min_peers <= len(have):  # min_peers 0: one pass, as asked
+            if t_fair is None and 0 < wanted <= len(have):  # min_peers 0: one pass, as asked
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
             if t_fair is None:
                 if self._only_refused(gate, round_index):
                     t_end = min(t_end, time.monotonic())  # one pass: the packets already here, nothing waited for
-                got = self.transport.collect(oldest, newest, s.min_peers - len(have), max(0.0, t_end - time.monotonic()))
+                got = self.transport.collect(oldest, newest, wanted - len(have), max(0.0, t_end - time.monotonic()))
             else:
                 wait_for = {p for p in self._fair_wait_for(oldest, newest) - heard if not gate.refuses(p, round_index)}
                 if not wait_for or time.monotonic() >= t_fair:
@@ -195,6 +198,22 @@ class Exchange:
         return {p for p, info in producers.items() if p in scores and scores[p]["rounds_idle"] < FAIR_ROUNDS
                 and (scores[p]["credits"] > 0 or p not in self.refused_at
                      and any(oldest <= o[0] <= newest for o in info.offers))}
+
+    def _wanted(self, oldest: int, newest: int) -> int:
+        """Peers whose packets end the wait: `min_peers`, less one for each producer that offered a
+        packet of our rounds before and offers none now (at least 1). A peer that left, or that runs far
+        ahead or behind (a guard's lockdown lets a node run alone at its own pace), will not deliver in
+        time: waiting for it cost every round the whole deadline (session 25's demo: 20 s a round for
+        35 rounds). Only a `min_peers` above 1 is changed, and the fair wait still covers every
+        neighbour that delivered lately."""
+        offering = {p.peer_id for p in self.transport.peers()
+                    if p.produces and any(oldest <= o[0] <= newest for o in p.offers)}
+        for peer in offering:  # newest last
+            self.producing.pop(peer, None)
+            self.producing[peer] = None
+        while len(self.producing) > MAX_PRODUCERS:
+            self.producing.pop(next(iter(self.producing)))
+        return max(min(1, self.cfg.min_peers), self.cfg.min_peers - len(self.producing.keys() - offering))
 
     def _only_refused(self, gate: Gate, round_index: int) -> bool:
         """Every producer we know is refused whatever it sends (train/guard.py): waiting for packets
