@@ -6,8 +6,8 @@
 Round 0 is the starting point (held-out accuracy before any RL); rounds 1..N train. A
 checkpoint after round r resumes at r + 1 with the same prompts and sampling seeds (a swarm node
 draws its prompts from its public schedule, keyed by its peer id: given the same --identity) and
-the optimizer state. Alone (`swarm-node train`) the swarm stages are skipped; in a swarm (`swarm-node join`)
-`connect(model_id, tokenizer_fingerprint)` builds the transport.
+the optimizer state. Alone (`swarm-node train`) the swarm stages are skipped; in a swarm
+(`swarm-node join`) `connect(model_id, tokenizer_fingerprint)` builds the transport.
 """
 
 from __future__ import annotations

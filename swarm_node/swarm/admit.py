@@ -197,10 +197,11 @@ class Admission:
         allowed = self._scheduled(packet.sender, packet.round, depth)
         kept, seen = [], set()
         for g in packet.groups:
-            if g.example_id in allowed and g.example_id not in seen or self.task.example(g.example_id) is None \
-                    or not g.example_id.startswith("train/"):
-                kept.append(g)
-                seen.add(g.example_id)
+            known = g.example_id.startswith("train/") and self.task.example(g.example_id) is not None
+            if known and (g.example_id not in allowed or g.example_id in seen):
+                continue  # not this sender's for this round, or a repeat
+            kept.append(g)
+            seen.add(g.example_id)
         self.unscheduled += len(packet.groups) - len(kept)
         if packet.groups and not kept:
             raise Rejected("unscheduled", f"none of {len(packet.groups)} groups is in {packet.sender}'s schedule "
