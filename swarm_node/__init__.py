@@ -2,11 +2,13 @@
 
 One round of one node (node.py reads top to bottom in this order):
 
-    generate  train/rollout.py + train/sampling/   prompts -> G completions each, generator log-probs
+    generate  train/rollout.py + train/sampling/   prompts (our public schedule, wire/schedule.py) -> G
+                                                    completions each, generator log-probs
     score     tasks/scoring.py                      rewards from our gold answers, for every group
     offer     swarm/exchange.py -> wire/codec.py    our groups as canonical msgpack bytes -> net/
     collect   swarm/exchange.py <- net/             peers' bytes within a deadline, fair arrival
-    admit     swarm/admit.py                        decode, check, re-score, refuse echoes
+    admit     swarm/admit.py                        decode, check (the sender's schedule too), re-score,
+                                                    refuse echoes
     combine   train/rollout.py                      own + admitted peer groups (vertical | horizontal)
     train     train/batch.py -> train/trainer.py    one TrainBatch of tensors -> F-TIS (train/loss.py)
     guard     train/guard.py -> swarm/admit.py      a copy learns alone from its own samples; every k rounds,
@@ -24,7 +26,8 @@ Layers, lowest first; a module imports only its own folder and the layers below 
                user errors), fsutil.py, logutil.py, metrics.py (every metric key), status.py
                (OUT/status.json), tracking.py (W&B / TensorBoard)
     tasks/     datasets, prompts, answer format and 0/1 rewards; Scorer = task + tokenizer
-    wire/      the packet, byte for byte (protocol/SPEC.md), its JSON form, conformance, task contract
+    wire/      the packet, byte for byte (protocol/SPEC.md), its JSON form, conformance, task contract,
+               prompt schedule
     net/       the Transport: push discovery + libp2p streams over hivemind (the only hivemind
                importer), reachability and relays, neighbour scores, in-memory transport for tests
     train/     policy (model + tokenizer), presets and model sources, rollout, batch, loss, trainer,
