@@ -53,7 +53,9 @@ KINDS = {
     "wrongkeep": (4, ""), "nocarry": (4, ""), "laggard": (1, "--ahead 2"),
 }
 # kind+variant: the kind against V and H run with other settings (e.g. skew+cap), paired with the plain none
-VARIANTS = {"cap": ["loss.peer_max_advantage=1.0"]}
+VARIANTS = {"cap": ["loss.peer_max_advantage=1.0"],
+            # the demo-like batch (2 prompts a round, lr 2e-5), with the cap: compare with none+demo
+            "demo": ["loss.peer_max_advantage=1.0", "rollout.prompts_per_round=2", "train.lr=2e-5"]}
 BUSY = "ci/run|swarm-node demo|pytest"  # other people's work this machine is shared with
 POLL_S = 30
 
