@@ -291,7 +291,10 @@ def test_a_vllm_node_and_an_hf_node_train_together(tmp_path, monkeypatch, warm_m
         assert [r["round"] for r in trained] == [1, 2, 3]
         for row in trained:  # a group (ours or a peer's) on a problem of our guard's reserve is dropped from the step
             assert row["swarm/packets_rejected"] == 0
-            assert row["swarm/peer_groups_used"] <= row["train/groups"] - row["swarm/peer_groups_used"] <= 2
+            # peer slots follow the 2 own prompts drawn, not those kept: a round whose own groups were
+            # reserved still trains on a peer's (RolloutBuffer.take), so peers may outnumber ours here
+            own = row["train/groups"] - row["swarm/peer_groups_used"]
+            assert 0 <= own <= 2 and row["swarm/peer_groups_used"] <= 2
         # since session 24 one or two of the 3 rounds often get no packet: the wait ends after 5 s (fetch_timeout_s?)
         # with none received, in either node; not understood yet (session 23: every round had one)
         assert sum(row["swarm/packets_accepted"] for row in trained) >= 1
