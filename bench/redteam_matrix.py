@@ -117,10 +117,11 @@ def late(cells: list[dict], base: list[dict], key: str) -> str:
     return f"{np.mean(d):+.1f}, {min(d):+.1f}" if d else "?"
 
 
-def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
-    """The markdown table of the matrix (kinds in KINDS order, then any others)."""
+def table(runs: list[dict], rounds: int, eval_limit: int = 200, base_kind: str = "none") -> str:
+    """The markdown table of the matrix (kinds in KINDS order, then any others), each cell against
+    `base_kind` of the same seed."""
     runs = [r for r in runs if r["rounds"] == rounds and r.get("eval_limit", 200) == eval_limit]
-    base = {r["seed"]: r for r in runs if r["kind"] == "none"}
+    base = {r["seed"]: r for r in runs if r["kind"] == base_kind}
     lines = ["| kind | seeds | V pass@1 end (baseline) | V - baseline: mean, worst | H pass@1 end (baseline) | "
              "H - baseline: mean, worst | attacker share | honest share | V steps honest >= 25 % (worst seed) | "
              "V steps without honest (most) | V implausible frac | V credited | V held-out, rounds 80-100 - baseline: "
@@ -130,10 +131,10 @@ def table(runs: list[dict], rounds: int, eval_limit: int = 200) -> str:
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     kinds += sorted({r["kind"] for r in runs} - set(kinds))
     for kind in kinds:
-        cells = [r for r in runs if r["kind"] == kind and (kind == "none" or r["seed"] in base)]
+        cells = [r for r in runs if r["kind"] == kind and (kind == base_kind or r["seed"] in base)]
         if not cells:
             continue
-        b = [base[r["seed"]] if kind != "none" else r for r in cells]
+        b = [base[r["seed"]] if kind != base_kind else r for r in cells]
         v, vb = np.array([r["victim"][1] for r in cells]), np.array([r["victim"][1] for r in b])
         h, hb = np.array([r["honest"][1] for r in cells]), np.array([r["honest"][1] for r in b])
         shares = [(sum(n for p, n in r["groups_per_peer"].items() if p != "honest"), r["groups_per_peer"].get("honest", 0))
@@ -167,6 +168,8 @@ def main() -> int:
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--eval-limit", type=int, default=200, help="held-out problems each node is scored on (the "
                                                                  "paired difference of one seed: SE ~0.05 at 200)")
+    ap.add_argument("--base", default="none", help="the no-attack kind every cell is paired with (run first); "
+                                                   "none+cap: the session-25 default cap under its old name")
     ap.add_argument("--table", action="store_true", help="print the table of the results and exit")
     ap.add_argument("--backfill", default=None, help="add the honest peer's per-step shares to cells run before "
                                                      "they were recorded, from their work dirs under this path")
@@ -175,14 +178,13 @@ def main() -> int:
     if args.backfill:
         print(f"{backfill(path, Path(args.backfill))} cells backfilled")
     if args.table or args.backfill:
-        print(table(load_runs(path), args.rounds, args.eval_limit))
+        print(table(load_runs(path), args.rounds, args.eval_limit, args.base))
         return 0
     os.nice(max(0, 10 - os.nice(0)))
     now = dt.datetime.now(dt.timezone.utc)
     hh, mm = map(int, args.until.split(":"))
     until = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
-    cells = [(kind, seed) for kind in ["none", *[k for k in args.kinds if k != "none"]] for seed in args.seeds
-             if kind in args.kinds or kind == "none"]
+    cells = [(kind, seed) for kind in [args.base, *[k for k in args.kinds if k != args.base]] for seed in args.seeds]
     for kind, seed in cells:
         base, _, variant = kind.partition("+")
         attackers, extra = KINDS[base]
@@ -203,7 +205,7 @@ def main() -> int:
         tmp.replace(path)
         print(f"{time.strftime('%H:%M:%S')} {kind} seed {seed}: V {res['victim']} H {res['honest']} "
               f"groups {res['groups_per_peer']} ({res['wall_s']} s)", flush=True)
-    print(table(load_runs(path), args.rounds, args.eval_limit))
+    print(table(load_runs(path), args.rounds, args.eval_limit, args.base))
     return 0
 
 

@@ -286,6 +286,10 @@ def test_a_vllm_node_and_an_hf_node_train_together(tmp_path, monkeypatch, warm_m
     assert built == ["A"] and len(trained) >= 3  # A sampled with vLLM and synced after each of its 3 steps
     assert trained == sorted(trained) and trained[-1] == rows["A"][-1]["train/policy_version"] >= 1
     assert any(v < 0 for v in synced) and synced[-1] >= 0  # the guard syncs its copy in and the trained weights back
+    import sys
+    for name in ("A", "B"):
+        for r in rows[name]:
+            print("ROW", name, {k: v for k, v in r.items() if k.startswith(("round", "swarm/", "train/groups", "time/"))}, file=sys.stderr)
     for name in ("A", "B"):
         trained = rows[name][1:]
         assert [r["round"] for r in trained] == [1, 2, 3]
