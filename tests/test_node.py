@@ -108,7 +108,7 @@ def run_pair(tmp_path, monkeypatch, network, common: list[str]) -> dict[str, lis
     def node(name: str) -> None:
         cfg = load_config(None, common + [f"name={name}", f"out={tmp_path / name}"])
         try:
-            rows[name] = run(cfg, connect=lambda model_id, tok: MemoryTransport(network, f"Qm{name}", model_id, tok))
+            rows[name] = run(cfg, connect=lambda model_id, tok: MemoryTransport(network, f"Qm{name}", model_id, tok, cfg=cfg.swarm))
         except BaseException as e:  # surfaced by the assertion below
             errors.append(e)
 
