@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args
-from swarm_node.harness.process import NodeProcess
+from swarm_node.harness.process import NodeProcess, kept_identity
 from swarm_node.harness.warmstart import public_warm_start
 from swarm_node.status import read_status
 
@@ -77,10 +77,7 @@ def run_swarm(kind: str, rounds: int, attackers: int, attacker_args: str = "", s
     `victim_sets`: config settings of both V and H (`key=value`, a variant of the defences)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{kind}-{seed}-"))
     run, model = f"redteam-{seed}", public_warm_start(VICTIM_WARMSTART_STEPS)
-    IDENTITIES.mkdir(parents=True, exist_ok=True)
-    for anchors in IDENTITIES.glob("*.anchors"):  # the last cell's neighbours (net/hivemind.py): gone, not ours to dial
-        anchors.unlink()
-    ident = lambda role: ["--set", f"swarm.identity={IDENTITIES / f'{role}-{seed}.key'}"]  # noqa: E731
+    ident = lambda role: ["--set", f"swarm.identity={kept_identity(IDENTITIES, f'{role}-{seed}')}"]  # noqa: E731
     started, t0 = [], time.time()
     # every 5 rounds: the mean of the last 5 evaluations is where a run ended, without one snapshot's swing
     evaluate = ["--set", "train.eval_every=5", *(["--set", f"task.eval_limit={eval_limit}"] if eval_limit is not None else [])]

@@ -44,7 +44,7 @@ if not __package__:  # run as `python bench/x.py`: import `bench` as a package f
 from bench.replicate_report import render  # noqa: E402
 from bench.replicate_study import (ARMS, FULL, MAX_NEW_TOKENS, NODES, OOD, OPEN_ARM, PAIRS, PAPER_HORIZONTAL,  # noqa: E402
                                    QUICK, REPO, RUNS, TASK, WARM_STEPS, G, Node, Scale)
-from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, swarm_node_argv  # noqa: E402
+from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, kept_identity, swarm_node_argv  # noqa: E402
 
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
         "is/ratio_mean", "is/ratio_min", "is/ratio_max", "swarm/peer_groups_used", "train/sequences",
@@ -115,20 +115,14 @@ def node_argv(node: Node, arm: str, seed: int, scale: Scale, out: Path, run_id: 
         sets.update({"swarm.mode": mode, "swarm.run_id": run_id, "swarm.peer_groups_per_own": 1.0,
                      "swarm.min_peers": 1, "swarm.deadline_s": 30.0, "swarm.linger_s": 5.0,
                      "swarm.alone_wait_s": None,  # the first node waits for the second from round 1
-                     "swarm.identity": str(identity_path(out.parent.parent, run_id, node)), "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+                     # one peer id for every arm of the run id: the arms answer the same public schedule
+                     "swarm.identity": str(kept_identity(out.parent.parent / "identities", f"{run_id}-{node.name}")),
+                     "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
                      "swarm.peers": [peer] if peer else []})
     argv = swarm_node_argv(command, "--out", str(out))
     for key, value in sets.items():
         argv += ["--set", f"{key}={json.dumps(value)}"]
     return argv
-
-
-def identity_path(runs: Path, run_id: str, node: Node) -> Path:
-    """The node's key for every arm of its run id (kept; the last arm's anchors removed: net/hivemind.py)."""
-    path = runs / "identities" / f"{run_id}-{node.name}.key"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Path(str(path) + ".anchors").unlink(missing_ok=True)
-    return path
 
 
 def run_nodes(nodes: list[Node], arm: str, seed: int, scale: Scale, run_dir: Path, run_id: str) -> None:
@@ -279,6 +273,8 @@ def main() -> None:
     parser.add_argument("--stop-at", help="start no new run after this UTC time (HH:MM)")
     parser.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the plan's (adds seeds to a study)")
     parser.add_argument("--arms", help="only these arms, comma-separated (e.g. alone,f-tis,f-tis-open)")
+    parser.add_argument("--results", help="another folder for the result JSON (e.g. a re-run on newer code); "
+                                          "its page is written there, not to docs/")
     parser.add_argument("--warm-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warm_one:
@@ -286,6 +282,8 @@ def main() -> None:
     scale = QUICK if args.quick else FULL
     if args.seeds:
         scale = dataclasses.replace(scale, seeds=tuple(range(args.seeds)))
+    if args.results:
+        scale = dataclasses.replace(scale, results=Path(args.results).resolve())
     if args.arms:
         unknown = set(args.arms.split(",")) - set(ARMS)
         if unknown:

@@ -206,13 +206,13 @@ def test_small_harms_add_up_over_checks_and_a_measured_gain_vouches_but_leaves_t
     # the reference stays what the node would be alone: a copy of mixed would take in what the checks missed
     assert verdict.distrusted == {} and verdict.locked_until == 0 and _equal(guard.alone, alone)
     assert not _equal(guard.alone, mixed)
-    assert guard.vouched == {"peer-a"}  # it taught in every round; peer-rare in 1 of 4: not vouched
+    assert guard.vouched.keys() == {"peer-a"}  # it taught in every round; peer-rare in 1 of 4: not vouched
     guard.step([], 0, taught_by={"peer-a", "peer-new"})
     for r in (40, 45):
         _answers(monkeypatch, mixed_right=41, alone_right=50)
         verdict = guard.check(r)
     # the vouched peer is forgiven this once: it teaches in the lockdown, and loses its vouching
-    assert verdict.distrusted == {"peer-new": 55} and verdict.admitted == {"peer-a"} and guard.vouched == set()
+    assert verdict.distrusted == {"peer-new": 55} and verdict.admitted == {"peer-a"} and guard.vouched == {}
 
 
 def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_reference(tmp_path, tiny_policy, arith,
@@ -283,10 +283,19 @@ def test_a_vouch_lapses_when_the_peer_falls_silent(tiny_policy, arith, monkeypat
     for r in (5, 10):
         _answers(monkeypatch, mixed_right=60, alone_right=40)  # a measured gain: both vouched for
         guard.check(r)
-    assert guard.vouched == {"peer-steady", "peer-silent"}
+    assert guard.vouched.keys() == {"peer-steady", "peer-silent"}
     for _ in range(VOUCH_SILENCE):
         guard.step([], 0, taught_by={"peer-steady"})
     _answers(monkeypatch, mixed_right=40, alone_right=60)  # a harm (the latest check alone), peer-steady teaching
     verdict = guard.check(15)
     assert verdict.locked_until > 15 and verdict.admitted == {"peer-steady"}  # forgiven once; the silent one lapsed
-    assert guard.vouched == set() and guard.taught_step == {}
+    assert guard.vouched == {}
+
+
+def test_a_session_25_guard_state_keeps_its_vouches_and_their_steps(tiny_policy, arith):
+    """Until session 25 the vouched peers were a list and their latest teaching steps a dict beside it."""
+    _, guard = _guard(tiny_policy, arith)
+    guard.load_state_dict(guard.state_dict() | {"vouched": ["peer-a", "peer-b"], "taught_step": {"peer-a": 7}})
+    assert guard.vouched == {"peer-a": 7, "peer-b": 0}  # peer-b: vouched before steps were kept
+    guard.load_state_dict(guard.state_dict())
+    assert guard.vouched == {"peer-a": 7, "peer-b": 0}

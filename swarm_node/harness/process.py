@@ -50,6 +50,15 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def kept_identity(directory: Path, name: str) -> Path:
+    """`directory/name.key`: a node's peer id kept across runs (so paired runs answer the same public
+    schedule), without the neighbours its last run remembered (`.anchors`, net/hivemind.py): they are gone."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.key"
+    Path(f"{path}.anchors").unlink(missing_ok=True)
+    return path
+
+
 def swarm_node_argv(command: str, *args: str) -> list[str]:
     """The command line of `swarm-node COMMAND ARGS` in this interpreter."""
     return [sys.executable, "-m", "swarm_node", command, *args]

@@ -125,9 +125,10 @@ class Guard:
         self.known: set[str] = set()  # peers that taught before the last verdict
         self.offences: Counter[str] = Counter()  # bans of each peer, forgotten LOCKDOWN_MEMORY rounds after its latest
         self.offended_at: dict[str, int] = {}  # peer -> round of its latest ban
-        self.vouched: set[str] = set()  # taught through a measured gain, not in a harmful window since
         self.steps = 0  # rounds stepped
-        self.taught_step: dict[str, int] = {}  # vouched peer -> the latest step it taught in
+        # peers that taught through a measured gain and were in no harmful window since -> the latest step they
+        # taught in (silent for VOUCH_SILENCE steps: no longer vouched for)
+        self.vouched: dict[str, int] = {}
         self.recent: list[tuple[int, int, int]] = []  # (b, c, n) of the last WINDOW checks since the last verdict
         self.harms: list[int] = []  # rounds of the harms found
         self.resets = 0
@@ -143,7 +144,7 @@ class Guard:
         self.taught.update(taught_by)
         self.rounds += 1
         self.steps += 1
-        self.taught_step.update(dict.fromkeys(taught_by & self.vouched, self.steps))
+        self.vouched.update(dict.fromkeys(taught_by & self.vouched.keys(), self.steps))
         examples = [ex for ex in examples if not self.reserve.reserved(ex)]  # horizontal mode: the run's prompts
         if not examples:
             return time.perf_counter() - start
@@ -191,9 +192,8 @@ class Guard:
                         "distrusted %s; only %d vouched for teach until round %d", N, B - C, bar, b - c, n,
                         len(verdict.distrusted), sorted(verdict.distrusted), len(verdict.admitted), verdict.locked_until)
         elif ready and C - B > bar:
-            vouched = {p for p, n in self.taught.items() if 2 * n >= self.rounds}
-            self.vouched |= vouched
-            self.taught_step.update(dict.fromkeys(vouched, self.steps))  # each taught within the last `rounds`
+            # each taught within the last `rounds`
+            self.vouched.update(dict.fromkeys((p for p, n in self.taught.items() if 2 * n >= self.rounds), self.steps))
         if ready and abs(B - C) > bar or fresh_harm:
             self.known |= self.taught.keys()
             self.taught, self.rounds, self.recent = Counter(), 0, []
@@ -211,19 +211,18 @@ class Guard:
         # in a bad window) was banned again at every later false alarm, up to 10,000 rounds (red team, session 24)
         self.offended_at = {p: r for p, r in self.offended_at.items() if round_index - r < LOCKDOWN_MEMORY}
         self.offences = Counter({p: n for p, n in self.offences.items() if p in self.offended_at})
-        for peer in sorted(p for p in taught - self.vouched if p not in self.known or self.offences[p]):
+        for peer in sorted(p for p in taught - self.vouched.keys() if p not in self.known or self.offences[p]):
             self.offences[peer] += 1
             self.offended_at[peer] = round_index
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
-        forgiven = taught & self.vouched  # this once
+        forgiven = taught & self.vouched.keys()  # this once
         # vouching lapses with silence: else ids vouched for early that fell silent were the only ones every later
         # lockdown admitted (red team, session 24), free to come back and teach a window each
-        self.vouched = {p for p in self.vouched - taught if self.steps - self.taught_step.get(p, 0) < VOUCH_SILENCE}
-        self.taught_step = {p: self.taught_step[p] for p in self.vouched}
+        self.vouched = {p: step for p, step in self.vouched.items() if p not in taught and self.steps - step < VOUCH_SILENCE}
         self.resets += 1
         self.harms = [r for r in self.harms if round_index - r < LOCKDOWN_MEMORY] + [round_index]
         doublings = min(len(self.harms) - 1, MAX_LOCKDOWN_DOUBLINGS)
-        verdict.locked_until, verdict.admitted = round_index + self.ban_rounds * 2 ** doublings, frozenset(self.vouched | forgiven)
+        verdict.locked_until, verdict.admitted = round_index + self.ban_rounds * 2 ** doublings, frozenset(self.vouched.keys() | forgiven)
         self.bans = {p: end for p, end in self.bans.items() if end > round_index} | verdict.distrusted
         self.locked_until, self.lockdown_admits = verdict.locked_until, verdict.admitted
 
@@ -231,8 +230,8 @@ class Guard:
         """All of the guard's state, for a checkpoint (tensors and plain values: torch.load(weights_only=True) reads it)."""
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
                 "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
-                "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": sorted(self.vouched),
-                "steps": self.steps, "taught_step": dict(self.taught_step),
+                "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": dict(self.vouched),
+                "steps": self.steps,
                 "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
                 "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits),
@@ -253,9 +252,12 @@ class Guard:
             a.copy_(saved)
         self.shadow.optimizer.load_state_dict(state["optimizer"])
         self.taught, self.rounds = Counter(state["taught"]), state["rounds"]
-        self.known, self.offences, self.vouched = set(state["known"]), Counter(state["offences"]), set(state["vouched"])
+        self.known, self.offences = set(state["known"]), Counter(state["offences"])
         self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
-        self.steps, self.taught_step = state.get("steps", 0), dict(state.get("taught_step", {}))  # before session 25: none
+        self.steps, vouched = state.get("steps", 0), state["vouched"]
+        if not isinstance(vouched, dict):  # before session 26: a list, and the steps apart (before session 25: none)
+            vouched = {p: state.get("taught_step", {}).get(p, 0) for p in vouched}
+        self.vouched = dict(vouched)
         self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
         self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
         self.lockdown_admits = frozenset(state["lockdown_admits"])
