@@ -13,6 +13,8 @@ node's final checkpoint.
     python bench/replicate.py              # the study (resumes: finished runs are skipped)
     python bench/replicate.py --render     # only re-render docs/REPLICATION.md from the JSON
     python bench/replicate.py --seeds 5 --arms alone,f-tis,f-tis-open   # more seeds for some arms
+    python bench/replicate.py --arms alone,f-tis,f-tis-open --seeds 5 --results bench/results/replication_s26
+                                           # the same arms again on newer code, beside the study (its own page)
 
 Scale (full): 3 seeds x (9 size arms + 4 trainable + 4 expertise), 100 rounds, evaluation on 500
 every 25 rounds, OOD on 500: 42 swarm runs of 45-135 s and 9 alone runs of 25-70 s, 60 min of run
