@@ -300,7 +300,7 @@ def main() -> None:
         stop_at = time.time() + ((h * 60 + m) - (now.tm_hour * 60 + now.tm_min)) * 60 - now.tm_sec
     if not args.render:
         study(scale, stop_at)
-    render(scale, quick=args.quick)
+    render(scale)
 
 
 if __name__ == "__main__":

@@ -141,9 +141,9 @@ def figure(res: dict, claim, path: Path, nodes: dict = PAIRS, start: str = "warm
     return True
 
 
-def render(scale: Scale, quick: bool) -> None:
+def render(scale: Scale) -> None:
     res = load(scale)
-    aside = quick or scale.results != FULL.results  # a smoke run or a re-run in another folder: its own page
+    aside = scale.results != FULL.results  # a smoke run or a re-run in another folder: its own page
     doc, img = (scale.results / "REPLICATION.md", scale.results / "img") if aside else (DOC, IMG)
     img.mkdir(parents=True, exist_ok=True)
     verdicts = [(c, *verdict(res, c)) for c in CLAIMS]
