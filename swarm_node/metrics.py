@@ -40,6 +40,7 @@ TIME_EVAL, TIME_ROUND, TIME_GUARD = "time/eval_s", "time/round_s", "time/guard_s
 # now, rounds left of a lockdown (only vouched peers teach)
 GUARD_MIXED, GUARD_ALONE, GUARD_GAP, GUARD_BAR = "guard/mixed_accuracy", "guard/alone_accuracy", "guard/gap", "guard/bar"
 GUARD_RESETS, GUARD_DISTRUSTED, GUARD_LOCKDOWN = "guard/resets", "guard/distrusted_peers", "guard/lockdown_rounds"
+GUARD_VOUCHED = "guard/vouched_peers"
 TRAIN_GROUPS, TRAIN_SEQUENCES, TRAIN_ACTIVE_FRAC = "train/groups", "train/sequences", "train/active_frac"
 TRAIN_GRAD_NORM, TRAIN_POLICY_VERSION = "train/grad_norm", "train/policy_version"
 TRAIN_PEER_NEGATIVES = "train/peer_negatives_frac"  # share of the step's sequences: an untrusted peer's A_i < 0

@@ -292,6 +292,33 @@ def test_a_vouch_lapses_when_the_peer_falls_silent(tiny_policy, arith, monkeypat
     assert guard.vouched == {}
 
 
+def test_steady_teaching_through_checks_with_no_harm_vouches_and_a_harmful_window_costs_it(tiny_policy, arith,
+                                                                                           monkeypatch):
+    """Tenure: a neighbour that taught in at least half the rounds of TENURE checks with no harm found is
+    vouched for, so a false alarm's lockdown admits it (this once) instead of refusing it as before;
+    a peer teaching in fewer rounds earns nothing, and a harmful window costs its teachers their tenure."""
+    from swarm_node.train.guard import TENURE
+
+    trainer, guard = _guard(tiny_policy, arith)
+    for k in range(TENURE):
+        for i in range(5):  # peer-steady teaches every round, peer-rare in 2 of 5
+            guard.step([], 0, taught_by={"peer-steady"} | ({"peer-rare"} if i < 2 else set()))
+        _answers(monkeypatch, mixed_right=50, alone_right=50)
+        verdict = guard.check(5 * (k + 1))
+        assert verdict.stats["guard/resets"] == 0
+        assert verdict.stats["guard/vouched_peers"] == (1 if k == TENURE - 1 else 0)  # not before TENURE checks
+    assert guard.vouched.keys() == {"peer-steady"} and guard.tenure == {"peer-steady": TENURE}
+    guard.step([], 0, taught_by={"peer-steady", "peer-new"})
+    _answers(monkeypatch, mixed_right=20, alone_right=50)  # a harm in one check
+    verdict = guard.check(5 * TENURE + 5)
+    # the steady peer is not banned and teaches through the lockdown; the new one is banned
+    assert verdict.distrusted.keys() == {"peer-new", "peer-rare"} and verdict.admitted == {"peer-steady"}
+    assert guard.vouched == {} and guard.tenure == {}  # both taught in the harmful window: earned again from 0
+    restored = _guard(tiny_policy, arith)[1]
+    restored.load_state_dict({k: v for k, v in guard.state_dict().items() if k not in ("tenure", "interval")})
+    assert restored.tenure == {}  # a state saved before tenure existed loads
+
+
 def test_a_session_25_guard_state_keeps_its_vouches_and_their_steps(tiny_policy, arith):
     """Until session 25 the vouched peers were a list and their latest teaching steps a dict beside it."""
     _, guard = _guard(tiny_policy, arith)

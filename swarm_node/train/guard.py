@@ -38,6 +38,15 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
                   the victim then fell 14 points while its checks stayed level)
     otherwise     nothing
 
+Tenure (every check that found no harm): a peer that taught in at least half the rounds since the
+check before earns a check of tenure; TENURE (4) of them vouch for it, and teaching in a window found
+harmful costs it all of them. Until session 26 only a measured gain vouched, and honest runs rarely
+measure one: at a false alarm (8 of 21 no-attack runs of 100 rounds had at least one) the honest
+neighbour was banned as new or refused in the lockdown, in one run for 81 rounds of 100. Tenure is a
+privilege an attacker can earn too, by teaching steadily with no harm found for 20 rounds; what it
+buys is one more window (the lockdown it is forgiven into), and k ids earn it together only if each
+teaches in half the rounds, which the step's peer slots bound.
+
 The bound, in plain words: at every check after the second since the last verdict, and after the
 last round, the node is at most the bar behind a copy of itself that learned from its own groups
 only, over the last 3 checks' problems (distinct, and never trained on: tiny arith's reserve holds
@@ -89,6 +98,7 @@ SMALL_WINDOW = 150  # problems per window below which the guard warns that it on
 MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
 LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
 VOUCH_SILENCE = 50  # a vouched peer that taught in none of our last 50 rounds is no longer admitted in a lockdown
+TENURE = 4  # checks with no harm found, each after teaching in at least half the rounds since the one before, vouch
 
 
 STATE_KEYS = {"alone", "optimizer", "taught", "rounds", "known", "offences", "vouched", "recent", "harms", "resets",
@@ -129,6 +139,11 @@ class Guard:
         # peers that taught through a measured gain and were in no harmful window since -> the latest step they
         # taught in (silent for VOUCH_SILENCE steps: no longer vouched for)
         self.vouched: dict[str, int] = {}
+        # peer -> checks with no harm found that it taught through (in at least half the rounds since the check
+        # before), since it last taught in a window found harmful: TENURE of them vouch for it
+        self.tenure: Counter[str] = Counter()
+        self.interval: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last check
+        self.interval_rounds = 0  # rounds since the last check
         self.recent: list[tuple[int, int, int]] = []  # (b, c, n) of the last WINDOW checks since the last verdict
         self.harms: list[int] = []  # rounds of the harms found
         self.resets = 0
@@ -142,7 +157,9 @@ class Guard:
         seconds taken."""
         start = time.perf_counter()
         self.taught.update(taught_by)
+        self.interval.update(taught_by)
         self.rounds += 1
+        self.interval_rounds += 1
         self.steps += 1
         self.vouched.update(dict.fromkeys(taught_by & self.vouched.keys(), self.steps))
         examples = [ex for ex in examples if not self.reserve.reserved(ex)]  # horizontal mode: the run's prompts
@@ -191,16 +208,28 @@ class Guard:
                         "%.1f; the latest check %d more of %d): back to the weights trained on our own groups; %d peer(s) "
                         "distrusted %s; only %d vouched for teach until round %d", N, B - C, bar, b - c, n,
                         len(verdict.distrusted), sorted(verdict.distrusted), len(verdict.admitted), verdict.locked_until)
-        elif ready and C - B > bar:
-            # each taught within the last `rounds`
-            self.vouched.update(dict.fromkeys((p for p, n in self.taught.items() if 2 * n >= self.rounds), self.steps))
+        else:
+            self._credit_tenure()
+            if ready and C - B > bar:
+                # each taught within the last `rounds`
+                self.vouched.update(dict.fromkeys((p for p, n in self.taught.items() if 2 * n >= self.rounds), self.steps))
+        self.interval, self.interval_rounds = Counter(), 0
         if ready and abs(B - C) > bar or fresh_harm:
             self.known |= self.taught.keys()
             self.taught, self.rounds, self.recent = Counter(), 0, []
         verdict.stats.update({M.GUARD_MIXED: float(mixed.float().mean()), M.GUARD_ALONE: float(alone.float().mean()),
-                              M.GUARD_GAP: (B - C) / N, M.GUARD_BAR: bar / N, M.GUARD_RESETS: self.resets,
+                              M.GUARD_GAP: (B - C) / N, M.GUARD_BAR: bar / N, M.GUARD_RESETS: self.resets, M.GUARD_VOUCHED: len(self.vouched),
                               M.TIME_GUARD: time.perf_counter() - start})
         return verdict
+
+    def _credit_tenure(self) -> None:
+        """No harm found: a check of tenure for each peer that taught in at least half the rounds since the
+        last check; TENURE of them vouch for it. A steady honest neighbour is then admitted through a
+        false alarm's lockdown (this once); Sybils must each teach that steadily, and the step's peer slots
+        bound how many can (docs/RELIABILITY.md)."""
+        steady = [p for p, n in self.interval.items() if 2 * n >= self.interval_rounds]
+        self.tenure.update(steady)
+        self.vouched.update(dict.fromkeys((p for p in steady if self.tenure[p] >= TENURE), self.steps))
 
     def _harm(self, round_index: int, verdict: Verdict) -> None:
         """Back to alone; distrust the new teachers; a lockdown for all but the vouched."""
@@ -216,6 +245,7 @@ class Guard:
             self.offended_at[peer] = round_index
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
         forgiven = taught & self.vouched.keys()  # this once
+        self.tenure = Counter({p: n for p, n in self.tenure.items() if p not in taught})  # earned again from 0
         # vouching lapses with silence: else ids vouched for early that fell silent were the only ones every later
         # lockdown admitted (red team, session 24), free to come back and teach a window each
         self.vouched = {p: step for p, step in self.vouched.items() if p not in taught and self.steps - step < VOUCH_SILENCE}
@@ -231,7 +261,8 @@ class Guard:
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
                 "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
                 "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": dict(self.vouched),
-                "steps": self.steps,
+                "steps": self.steps, "tenure": dict(self.tenure), "interval": dict(self.interval),
+                "interval_rounds": self.interval_rounds,
                 "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
                 "locked_until": self.locked_until, "lockdown_admits": sorted(self.lockdown_admits),
@@ -258,6 +289,9 @@ class Guard:
         if not isinstance(vouched, dict):  # before session 26: a list, and the steps apart (before session 25: none)
             vouched = {p: state.get("taught_step", {}).get(p, 0) for p in vouched}
         self.vouched = dict(vouched)
+        # absent before session 27: tenure is earned from 0
+        self.tenure, self.interval = Counter(state.get("tenure", {})), Counter(state.get("interval", {}))
+        self.interval_rounds = state.get("interval_rounds", 0)
         self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
         self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
         self.lockdown_admits = frozenset(state["lockdown_admits"])
