@@ -314,6 +314,10 @@ def test_steady_teaching_through_checks_with_no_harm_vouches_and_a_harmful_windo
     # the steady peer is not banned and teaches through the lockdown; the new one is banned
     assert verdict.distrusted.keys() == {"peer-new", "peer-rare"} and verdict.admitted == {"peer-steady"}
     assert guard.vouched == {} and guard.tenure == {}  # both taught in the harmful window: earned again from 0
+    assert guard.offences["peer-steady"] == 1  # forgiven once: in the next harmful window it is banned
+    guard.step([], 0, taught_by={"peer-steady"})
+    _answers(monkeypatch, mixed_right=20, alone_right=50)
+    assert guard.check(5 * TENURE + 10).distrusted == {"peer-steady": 5 * TENURE + 10 + 20}  # the second offence: 2x
     restored = _guard(tiny_policy, arith)[1]
     restored.load_state_dict({k: v for k, v in guard.state_dict().items() if k not in ("tenure", "interval")})
     assert restored.tenure == {}  # a state saved before tenure existed loads

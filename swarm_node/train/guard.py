@@ -28,8 +28,10 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
                   guard_ban_rounds, doubled per harm in the last 200 rounds (at most 8x), only
                   vouched peers teach (64 Sybil ids would otherwise take turns, each new batch
                   un-teaching the node until the next verdict); a vouched peer that taught in
-                  the bad window stays admitted this once and loses its vouching, and one that
-                  taught in none of the last VOUCH_SILENCE (50) rounds loses it too
+                  the bad window is forgiven this once (not banned, admitted in the lockdown)
+                  but loses its vouching and tenure and counts an offence, so the next bad
+                  window it teaches in bans it unless it earned vouching again; one that
+                  taught in none of the last VOUCH_SILENCE (50) rounds loses its vouching too
     C - B > bar   help: the peers that taught in at least half the rounds since the last verdict
                   are vouched for. The reference stays alone: until session 24 it became a copy
                   of mixed here, and a gap that drifts by +-5 points made that a channel for harm
@@ -44,8 +46,9 @@ harmful costs it all of them. Until session 26 only a measured gain vouched, and
 measure one: at a false alarm (8 of 21 no-attack runs of 100 rounds had at least one) the honest
 neighbour was banned as new or refused in the lockdown, in one run for 81 rounds of 100. Tenure is a
 privilege an attacker can earn too, by teaching steadily with no harm found for 20 rounds; what it
-buys is one more window (the lockdown it is forgiven into), and k ids earn it together only if each
-teaches in half the rounds, which the step's peer slots bound.
+buys is one more window (the lockdown it is forgiven into) per 20 rounds of steady teaching with no
+harm found, and k ids earn it together only if each teaches in half the rounds, which the step's peer
+slots bound.
 
 The bound, in plain words: at every check after the second since the last verdict, and after the
 last round, the node is at most the bar behind a copy of itself that learned from its own groups
@@ -240,11 +243,13 @@ class Guard:
         # in a bad window) was banned again at every later false alarm, up to 10,000 rounds (red team, session 24)
         self.offended_at = {p: r for p, r in self.offended_at.items() if round_index - r < LOCKDOWN_MEMORY}
         self.offences = Counter({p: n for p, n in self.offences.items() if p in self.offended_at})
-        for peer in sorted(p for p in taught - self.vouched.keys() if p not in self.known or self.offences[p]):
+        forgiven = taught & self.vouched.keys()  # this once: not banned, admitted in the lockdown; the offence counts
+        banned = {p for p in taught - forgiven if p not in self.known or self.offences[p]}
+        for peer in sorted(forgiven | banned):
             self.offences[peer] += 1
             self.offended_at[peer] = round_index
+        for peer in sorted(banned):
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
-        forgiven = taught & self.vouched.keys()  # this once
         self.tenure = Counter({p: n for p, n in self.tenure.items() if p not in taught})  # earned again from 0
         # vouching lapses with silence: else ids vouched for early that fell silent were the only ones every later
         # lockdown admitted (red team, session 24), free to come back and teach a window each
