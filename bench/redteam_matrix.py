@@ -51,6 +51,8 @@ KINDS = {
     # red team 2 (harness/poison_kinds.py): slot-keeping with all-wrong groups, correct-but-biased
     # teaching, and a peer that delivers one packet in 4 rounds
     "wrongkeep": (4, ""), "nocarry": (4, ""), "laggard": (1, "--ahead 2"),
+    # session 27, against the guard's tenure: honest until round 40, then decoy's groups a pair of ids at a time
+    "tagteam": (4, "--late-round 40"),
 }
 # kind+variant: the kind against V and H run with other settings (e.g. skew+cap), paired with the plain none
 VARIANTS = {"cap": ["loss.peer_max_advantage=1.0"],

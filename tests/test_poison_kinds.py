@@ -16,7 +16,7 @@ ROUND = 60  # past `late`'s honest phase
 def poisoner(kind: str, groups: int = 4) -> Poisoner:
     args = argparse.Namespace(model="tiny-s", task_options="{}", run_id="run", kind=kind, group_size=12, groups=groups,
                               max_new_tokens=None, cap=2.0, target_divergence=10.0, seed=0, margin=1.0, safety=0.0,
-                              floor=-100.0, switch_round=40, floor2=-2.5, honest_rounds=0, late_round=50, digit=0)
+                              floor=-100.0, switch_round=40, floor2=-2.5, honest_rounds=0, late_round=50, digit=0, tagteam_rounds=20)
     p = Poisoner(args, "QmPoisoner")
     p.floor_estimate()  # --floor given: the mean bar; the worst-token bar stays -inf
     return p
@@ -56,3 +56,23 @@ def test_every_matrix_kind_passes_admission_with_the_rewards_it_claims(kind):
         assert all(len(c.tokens) == p.max_tokens for c in packet.groups[0].completions if c.reward)
     if kind == "skew":
         assert all(p.task.example(g.example_id).answer.endswith("0") for g in packet.groups)
+
+
+def test_tagteam_is_honest_until_its_switch_then_its_ids_attack_a_pair_at_a_time():
+    """Against the guard's tenure: every id teaches honestly (the public model's own samples, rewards
+    as scored) until --late-round, then only the pair whose turn it is offers, decoy's groups."""
+    p = poisoner("tagteam", groups=2)
+    ids = ["QmA", "QmB", "QmC", "QmD"]
+    honest = p.poisoned(40, ids)
+    assert all(data is not None for data in honest)
+    early = p.poisoned(49, ids)
+    assert all(data is not None for data in early)
+    assert [data is None for data in p.poisoned(50, ids)] == [False, False, True, True]
+    assert [data is None for data in p.poisoned(70, ids)] == [True, True, False, False]
+    assert [data is None for data in p.poisoned(90, ids)] == [False, False, True, True]
+    admission = Admission(Expectations(run_id="run", tokenizer=p.tokenizer, staleness=2, max_tokens=p.max_tokens,
+                                       group_size=12, schedule_depth=2), p.policy.scorer(p.task))
+    packet = admission.check(Received("QmA", 50, "sha256:" + "0" * 64, p.poisoned(50, ids)[0]), 50)
+    for g in packet.groups:  # decoy: 6 positives, each a wrong number before the right answer line
+        assert sum(c.reward for c in g.completions) == 6.0
+        assert all(not p.policy.decode(c.tokens).startswith("####") for c in g.completions if c.reward)

@@ -105,7 +105,11 @@ def victim_args(rounds: int) -> list[str]:
 #           phase flattens the victim's end of answer, its own samples get less likely, its q05 and
 #           with it the floor drop (measured -1.7 -> -2.55 nats/token), so needles that the round-0
 #           floor rejects pass later.
-ADAPTIVE = ("needle", "format", "decoy", "ratchet")
+#   tagteam against the guard's tenure (train/guard.py): K ids (4) send honest groups until --late-round,
+#           long enough for each to be vouched for by steady teaching with no harm found; then they
+#           send decoy's groups in pairs, --tagteam-rounds (20) each, the other pairs silent, so that
+#           each pair spends its standing in a window of its own (forgiven into the lockdown once).
+ADAPTIVE = ("needle", "format", "decoy", "ratchet", "tagteam")
 MATRIX = ("zeros", "noncanonical", "synonyms", "onepositive", "padded", "late", "skew", "slotkeep")
 RED2 = ("wrongkeep", "nocarry", "laggard")  # red team 2 (poison_kinds.py, poison() below)
 KINDS = ("forged", "junk", *ADAPTIVE, *MATRIX, *RED2)
@@ -173,7 +177,7 @@ class Poisoner(PublicModel):
         from swarm_node.train.rollout import prompt_tokens
 
         kind = self.args.kind
-        if kind == "late" and self.round < self.args.late_round or self.round < self.args.honest_rounds:
+        if kind in ("late", "tagteam") and self.round < self.args.late_round or self.round < self.args.honest_rounds:
             return self.honest_group(example)
         if kind == "junk":
             return self.junk_group(example)
@@ -240,6 +244,7 @@ class Poisoner(PublicModel):
         kind, out = self.args.kind, []
         if kind == "ratchet":
             kind = "format" if self.round < self.args.switch_round else "needle"
+        kind = "decoy" if kind == "tagteam" else kind
         if kind == "format":
             out = [v.format(a=answer) for v in FORMAT_VARIANTS]
         elif kind == "needle":
@@ -314,7 +319,10 @@ class Poisoner(PublicModel):
         self.round = r
         packets = []
         with torch.no_grad():
-            for sender in senders:
+            for index, sender in enumerate(senders):
+                if self.tagteam_silent(r, index, len(senders)):
+                    packets.append(None)
+                    continue
                 examples = self.scheduled(r, self.args.groups, sender)
                 if self.args.kind in ("skew", "nocarry"):
                     groups = self.skewed_groups(examples)
@@ -324,6 +332,12 @@ class Poisoner(PublicModel):
                     groups = [self.group(ex) for ex in examples]
                 packets.append(encode(self.packet(r, groups, sender=sender)))
         return packets
+
+    def tagteam_silent(self, r: int, index: int, ids: int) -> bool:
+        """tagteam: from --late-round on, only the pair of ids whose turn it is (--tagteam-rounds each) offers."""
+        if self.args.kind != "tagteam" or r < self.args.late_round:
+            return False
+        return index // 2 != (r - self.args.late_round) // self.args.tagteam_rounds % max(1, ids // 2)
 
     def skewed_groups(self, examples: list) -> list:
         """skew's (or nocarry's) groups: one for each of `examples` in the pool whose reference
@@ -367,7 +381,8 @@ def main() -> int:
     ap.add_argument("--floor2", type=float, default=-2.5, help="ratchet: the floor assumed in the needle phase")
     ap.add_argument("--honest-rounds", type=int, default=0,
                     help="adaptive kinds: send honest groups (the public model's own samples, true log-probs) for this many rounds first")
-    ap.add_argument("--late-round", type=int, default=50, help="late: first round of the forged attack")
+    ap.add_argument("--late-round", type=int, default=50, help="late, tagteam: first round of the attack")
+    ap.add_argument("--tagteam-rounds", type=int, default=20, help="tagteam: rounds each pair of ids attacks in turn")
     ap.add_argument("--digit", type=int, default=0, help="skew: the last digit of every answer taught")
     ap.add_argument("--every", type=int, default=4, help="laggard: offer one packet every this many rounds")
     ap.add_argument("--seconds", type=float, default=3600)
@@ -406,9 +421,10 @@ def poison(swarms: list[HostileTransport], summary: Summary, args) -> int:
                 continue
             packets = poisoner.poisoned(target, [s.peer_id for s in swarms])
             for swarm, data in zip(swarms, packets):
-                swarm.offer(target, target, data)
+                if data is not None:  # tagteam: a silent id
+                    swarm.offer(target, target, data)
             summary["rounds"].append(target)
-            summary["bytes"] += len(packets[0])
+            summary["bytes"] += max(len(data or b"") for data in packets)
             offered = target
         print(f"round {r}: offered up to {offered}", flush=True)
         if args.kind in screened:
