@@ -50,7 +50,7 @@ from swarm_node.harness.process import NodeFailed, NodeProcess, child_env, kept_
 
 KEEP = ("round", "eval/accuracy", "reward/mean", "peer/reward/mean", "filter/dropped_frac", "is/truncated_frac",
         "is/ratio_mean", "is/ratio_min", "is/ratio_max", "swarm/peer_groups_used", "train/sequences",
-        "train/groups", "time/round_s")  # the metrics kept per round in a run's results
+        "train/groups", "time/round_s", "guard/resets", "guard/lockdown_rounds")  # kept per round in a run's results
 
 
 # ---------------------------------------------------------------------------------- warm starts
