@@ -59,11 +59,11 @@ check taught, and each harm buys them a longer lockdown. The bound is against th
 against what honest peers add: that gain is what an attacker can take away unseen. The margin is
 wide because two equally good trajectories drift apart and back: with a 2-point margin, 2 of 3
 honest runs of 100 rounds found harms (pooled gaps of 0.024 to 0.072). What it cannot stop: harm
-below the bar; a bad window also locks honest peers out that were not vouched for (the node then
-learns alone until the lockdown ends; they keep their links). Every checkpoint keeps the guard's
-state (`state_dict`): a node restarted with --resume compares with the same reference and keeps its
-bans, lockdown and vouching, so a crash does not launder a harm that was not yet found into the
-reference.
+below the bar; a bad window also locks honest peers out that were not vouched for, by a gain or by
+tenure (the node then learns alone until the lockdown ends; they keep their links). Every checkpoint
+keeps the guard's state (`state_dict`): a node restarted with --resume compares with the same
+reference and keeps its bans, lockdown, vouching and tenure, so a crash does not launder a harm that
+was not yet found into the reference.
 Cost: a copy of the trainable weights and of the optimizer state (12 bytes per trainable
 parameter, in the memory plan: models.estimate_memory), a second generation and training step each
 round (`time/guard_s`), and 2 x guard_examples greedy answers per check, through the node's own sampler
@@ -139,8 +139,8 @@ class Guard:
         self.offences: Counter[str] = Counter()  # bans of each peer, forgotten LOCKDOWN_MEMORY rounds after its latest
         self.offended_at: dict[str, int] = {}  # peer -> round of its latest ban
         self.steps = 0  # rounds stepped
-        # peers that taught through a measured gain and were in no harmful window since -> the latest step they
-        # taught in (silent for VOUCH_SILENCE steps: no longer vouched for)
+        # peers that taught through a measured gain, or for TENURE checks with no harm found, and were in no harmful
+        # window since -> the latest step they taught in (silent for VOUCH_SILENCE steps: no longer vouched for)
         self.vouched: dict[str, int] = {}
         # peer -> checks with no harm found that it taught through (in at least half the rounds since the check
         # before), since it last taught in a window found harmful: TENURE of them vouch for it
@@ -221,8 +221,8 @@ class Guard:
             self.known |= self.taught.keys()
             self.taught, self.rounds, self.recent = Counter(), 0, []
         verdict.stats.update({M.GUARD_MIXED: float(mixed.float().mean()), M.GUARD_ALONE: float(alone.float().mean()),
-                              M.GUARD_GAP: (B - C) / N, M.GUARD_BAR: bar / N, M.GUARD_RESETS: self.resets, M.GUARD_VOUCHED: len(self.vouched),
-                              M.TIME_GUARD: time.perf_counter() - start})
+                              M.GUARD_GAP: (B - C) / N, M.GUARD_BAR: bar / N, M.GUARD_RESETS: self.resets,
+                              M.GUARD_VOUCHED: len(self.vouched), M.TIME_GUARD: time.perf_counter() - start})
         return verdict
 
     def _credit_tenure(self) -> None:
