@@ -297,7 +297,7 @@ def test_steady_teaching_through_checks_with_no_harm_vouches_and_a_harmful_windo
     """Tenure: a neighbour that taught in at least half the rounds of TENURE checks with no harm found is
     vouched for, so a false alarm's lockdown admits it (this once) instead of refusing it as before;
     a peer teaching in fewer rounds earns nothing, and a harmful window costs its teachers their tenure."""
-    from swarm_node.train.guard import TENURE
+    from swarm_node.train.guard import TENURE, VOUCH_SILENCE
 
     trainer, guard = _guard(tiny_policy, arith)
     for k in range(TENURE):
@@ -318,6 +318,17 @@ def test_steady_teaching_through_checks_with_no_harm_vouches_and_a_harmful_windo
     guard.step([], 0, taught_by={"peer-steady"})
     _answers(monkeypatch, mixed_right=20, alone_right=50)
     assert guard.check(5 * TENURE + 10).distrusted == {"peer-steady": 5 * TENURE + 10 + 20}  # the second offence: 2x
+    # a vouch that lapsed with silence takes the tenure with it: one steady interval back does not vouch again
+    guard.tenure["peer-back"], guard.vouched["peer-back"] = TENURE, guard.steps
+    for _ in range(VOUCH_SILENCE):
+        guard.step([], 0, taught_by=set())
+    _answers(monkeypatch, mixed_right=50, alone_right=50)
+    guard.check(5 * TENURE + 300)
+    for _ in range(5):
+        guard.step([], 0, taught_by={"peer-back"})
+    _answers(monkeypatch, mixed_right=50, alone_right=50)
+    guard.check(5 * TENURE + 305)
+    assert "peer-back" not in guard.vouched and guard.tenure["peer-back"] == 1
     restored = _guard(tiny_policy, arith)[1]
     restored.load_state_dict({k: v for k, v in guard.state_dict().items() if k not in ("tenure", "interval")})
     assert restored.tenure == {}  # a state saved before tenure existed loads

@@ -164,6 +164,7 @@ class Guard:
         self.rounds += 1
         self.interval_rounds += 1
         self.steps += 1
+        self._forget(self._silent())  # before the refresh: a peer back from silence earns its vouch again
         self.vouched.update(dict.fromkeys(taught_by & self.vouched.keys(), self.steps))
         examples = [ex for ex in examples if not self.reserve.reserved(ex)]  # horizontal mode: the run's prompts
         if not examples:
@@ -250,16 +251,25 @@ class Guard:
             self.offended_at[peer] = round_index
         for peer in sorted(banned):
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
-        self.tenure = Counter({p: n for p, n in self.tenure.items() if p not in taught})  # earned again from 0
-        # vouching lapses with silence: else ids vouched for early that fell silent were the only ones every later
-        # lockdown admitted (red team, session 24), free to come back and teach a window each
-        self.vouched = {p: step for p, step in self.vouched.items() if p not in taught and self.steps - step < VOUCH_SILENCE}
+        self._forget(taught)  # their vouch and tenure are earned again from 0 (the silent ones went at their step)
         self.resets += 1
         self.harms = [r for r in self.harms if round_index - r < LOCKDOWN_MEMORY] + [round_index]
         doublings = min(len(self.harms) - 1, MAX_LOCKDOWN_DOUBLINGS)
         verdict.locked_until, verdict.admitted = round_index + self.ban_rounds * 2 ** doublings, frozenset(self.vouched.keys() | forgiven)
         self.bans = {p: end for p, end in self.bans.items() if end > round_index} | verdict.distrusted
         self.locked_until, self.lockdown_admits = verdict.locked_until, verdict.admitted
+
+    def _silent(self) -> set[str]:
+        """Vouched peers that taught in none of the last VOUCH_SILENCE steps: else ids vouched for early that
+        fell silent were the only ones every later lockdown admitted (red team, session 24), free to come back
+        and teach a window each; their tenure goes too, or one steady interval back would vouch again (and
+        before session 27 one round back kept the vouch)."""
+        return {p for p, step in self.vouched.items() if self.steps - step >= VOUCH_SILENCE}
+
+    def _forget(self, peers: set[str]) -> None:
+        """`peers` lose their vouch and their tenure."""
+        self.vouched = {p: step for p, step in self.vouched.items() if p not in peers}
+        self.tenure = Counter({p: n for p, n in self.tenure.items() if p not in peers})
 
     def state_dict(self) -> dict:
         """All of the guard's state, for a checkpoint (tensors and plain values: torch.load(weights_only=True) reads it)."""
