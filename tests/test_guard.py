@@ -250,7 +250,8 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     assert _equal(guard2.alone, guard.alone) and not _equal(guard2.alone, _weights(resumed))
     moments = guard2.shadow.optimizer.state_dict()["state"][0]["exp_avg"]
     assert torch.equal(moments, guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"])
-    assert (guard2.taught, guard2.rounds, guard2.known, guard2.recent) == ({"peer-b": 1}, 1, {"peer-a"}, [(5, 0, 100)])
+    per_check = min(100, len(guard.reserve.pool) // 3)  # the reserve is a random share: at times under 300 problems
+    assert (guard2.taught, guard2.rounds, guard2.known, guard2.recent) == ({"peer-b": 1}, 1, {"peer-a"}, [(5, 0, per_check)])
     assert (guard2.resets, guard2.harms, guard2.offences) == (1, [10], {"peer-a": 1})
     assert guard2.reserve.key == guard.reserve.key and guard2.reserve.pool == guard.reserve.pool  # the same problems
     assert admission.refuses("peer-a", 16) == "distrusted" and admission.refuses("peer-b", 16) == "lockdown"
