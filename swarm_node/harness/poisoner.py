@@ -309,9 +309,10 @@ class Poisoner(PublicModel):
                                     "stop", 0.0))
         return Group(self.task.name, example.id, np.asarray(prompt, np.uint32), comps)
 
-    def poisoned(self, r: int, senders: list[str]) -> list[bytes]:
+    def poisoned(self, r: int, senders: list[str]) -> list[bytes | None]:
         """The encoded packets of round `r`, one per sender: a poisoned group per problem of that
-        sender's public schedule (the first --groups: receivers train on no other, SPEC 14.5)."""
+        sender's public schedule (the first --groups: receivers train on no other, SPEC 14.5); None
+        for a sender that stays silent this round (tagteam)."""
         import torch
 
         from swarm_node.wire.codec import encode
