@@ -49,8 +49,10 @@ def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
         status = json.loads((node.out / "status.json").read_text())  # its neighbours, as it measured them
         assert status["neighbours"] and set(status["neighbours"]) <= ids - {status["peer_id"]}, status["neighbours"]
         for r in (2, 3):
-            assert rows[r]["swarm/peer_groups_used"] > 0, (node.out, rows[r])
-            assert rows[r]["swarm/peers"] == 2
+            assert rows[r]["swarm/packets_accepted"] > 0 and rows[r]["swarm/peers"] == 2, (node.out, rows[r])
+        # trained on: in a round, all its peers' groups can be on the node's secret reserve (dropped; about
+        # 0.18^4 a round with 2 peers of 2 prompts, seen once in CI, session 27), both rounds hardly ever
+        assert any(rows[r]["swarm/peer_groups_used"] > 0 for r in (2, 3)), (node.out, rows[2], rows[3])
         for row in (rows[r] for r in (1, 2, 3)):
             assert row["swarm/packets_rejected"] == 0
             if row["swarm/tokens_in"]:
