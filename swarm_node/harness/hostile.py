@@ -184,7 +184,8 @@ def run_peer(cfg: SwarmConfig, attack: Callable[[list[HostileTransport], Summary
         if not swarms:
             raise SwarmError(f"none of the {ids} ids started")
         return attack(swarms, summary)
-    finally:
+    finally:  # ending already (a TERM, --seconds, the honest peers gone): a TERM from here on, even one that comes
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # while the interpreter shuts down, must not make it exit -15
         summary.save()
         for swarm in swarms:
             swarm.close()
