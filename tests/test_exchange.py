@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from swarm_node.config import RolloutConfig, load_config
 from swarm_node.net import Collected, PeerInfo, Received
+from swarm_node.net.memory import MemoryNetwork, MemoryTransport
 from swarm_node.swarm import Rejected
 from swarm_node.swarm.admit import Admission, Expectations
 from swarm_node.swarm.exchange import Exchange
@@ -241,6 +242,25 @@ def test_a_peer_refused_by_a_lockdown_keeps_its_link_and_a_distrusted_one_does_n
         transport.batches = [[Received("QmPeer", 5, "sha256:p", b"p")]]
         Exchange(transport, cfg.swarm, "m", "t").collect(5, RefuseDistrusted({"QmPeer"}, reason=reason))
         assert transport.alive == alive and transport.credited == [], reason
+
+
+def test_a_node_that_refuses_every_producer_still_fetches_their_offers_once_and_waits_for_nothing_more():
+    """In a lockdown that refuses every producer the round waits for nobody, but what they offer is still
+    fetched in one pass, so each refused neighbour shows it is alive. A pass of 0 s started no fetch: a
+    starving node in a lockdown evicted its honest peer 2 rounds after it joined (real processes, session
+    28). Real in-process transports (net/memory.py), whose collect starts fetches as libp2p's does."""
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=20", "swarm.fair_wait_s=2"])
+    network = MemoryNetwork()
+    a, b = (MemoryTransport(network, peer, cfg=cfg.swarm) for peer in ("QmA", "QmB"))
+    for transport in (a, b):
+        transport.start()
+    a.offer(5, 1, b"A's packet of round 5")
+    exchange = Exchange(b, cfg.swarm, "m", "t")
+    t0 = time.monotonic()
+    accepted, stats = exchange.collect(5, RefuseDistrusted({"QmA"}, reason="lockdown"))
+    assert accepted == [] and stats["swarm/rejected/lockdown"] == 1 and stats["swarm/packets_received"] == 1
+    assert time.monotonic() - t0 < 2.0  # one pass: nothing is waited for
+    assert b.neighbours()["QmA"]["rounds_idle"] == 0  # alive: it keeps its link
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():

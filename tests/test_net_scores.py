@@ -322,6 +322,21 @@ def test_a_node_racing_through_rounds_to_catch_up_is_not_starving_and_keeps_the_
     assert mesh.starving(100.0 + STARVING_S) and mesh.evict(100.0 + STARVING_S) == ["QmV"]
 
 
+def test_a_starving_node_racing_through_rounds_gives_a_newcomer_idle_s_to_deliver():
+    """A node that refuses every producer (a guard lockdown: it waits for nobody) runs rounds of ~0.5 s and
+    starves; the honest peer that joined it, 30 rounds behind and catching up, was evicted 2 rounds and
+    2 s after joining, before its first packet could come (real processes, 16 poisoning Sybils, session
+    28). Starving, a neighbour is idle after 2 rounds *and* idle_s seconds."""
+    params = MeshParams(4, 6, ttl_s=600.0, max_packet_bytes=1000, out_quota=2, idle_rounds=5, idle_s=5.0)
+    mesh = Mesh("QmV", "r", 1, params, rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 31, 1, [], ADDR)  # nothing credited yet: starving
+    assert mesh.receive("QmH", _ann(3), 100.0)["status"] == "ok"
+    mesh.set_own("m", "t", 34, 1, [], ADDR)
+    assert mesh.starving(102.0) and mesh.evict(102.0) == [] and "QmH" in mesh.neighbors  # 3 rounds, 2 s
+    assert mesh.evict(105.0) == ["QmH"]  # and idle_s: it had its chance
+
+
 def test_a_knocker_gets_one_turn_per_knock_only_while_its_announcement_is_fresh():
     """A Sybil serving junk fast must not take turn after turn ahead of the honest peer, and an honest
     peer must not lose its turn to its own offer gone stale: a turn ends with the first fetch, whatever

@@ -355,12 +355,13 @@ class Mesh:
 
     def idle(self, now: float) -> list[str]:
         """Neighbors that delivered nothing for idle_rounds of our rounds (and idle_s), the longest idle
-        first; while starving, for STARVING_ROUNDS rounds (an eclipsed node must not sit out 5 full waits)."""
+        first; while starving, for STARVING_ROUNDS rounds (an eclipsed node must not sit out 5 full waits) and
+        idle_s (in a guard's lockdown, rounds of 0.5 s evicted an honest newcomer 2 s after it joined)."""
         p = self.params
         if not self.measuring:
             return []
-        rounds, seconds = (STARVING_ROUNDS, 0.0) if self.starving(now) else (p.idle_rounds, p.idle_s)
-        idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, rounds, seconds)]
+        rounds = STARVING_ROUNDS if self.starving(now) else p.idle_rounds
+        idle = [q for q, n in self.neighbors.items() if n.score.idle(self.round, now, rounds, p.idle_s)]
         return sorted(idle, key=lambda q: (self.neighbors[q].score.last_round(), self.neighbors[q].score.credits))
 
     def outbound(self) -> int:

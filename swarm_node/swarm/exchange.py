@@ -111,9 +111,11 @@ class Exchange:
             have = {peer for peer, _ in accepted}
             if t_fair is None and 0 < wanted <= len(have):  # min_peers 0: one pass, as asked
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
-            if t_fair is None:
-                if self._only_refused(gate, round_index):
-                    t_end = min(t_end, time.monotonic())  # one pass: the packets already here, nothing waited for
+            refused_all = t_fair is None and self._only_refused(gate, round_index)
+            if refused_all:  # one pass, nothing waited for: what is offered now is still fetched (and refused), so a
+                t_end = min(t_end, time.monotonic() + s.fair_wait_s)  # neighbour in a lockdown shows it is alive
+                got = self.transport.collect(oldest, newest, 0, max(0.0, t_end - time.monotonic()))
+            elif t_fair is None:
                 got = self.transport.collect(oldest, newest, wanted - len(have), max(0.0, t_end - time.monotonic()))
             else:
                 wait_for = {p for p in self._fair_wait_for(oldest, newest) - heard if not gate.refuses(p, round_index)}
@@ -133,7 +135,9 @@ class Exchange:
                     accepted.append((item.peer_id, packet))
                     packet_bytes_in += len(item.data)
                     lagging += not oldest <= item.round <= newest  # a slower or faster peer's newest (max_lag)
-            if time.monotonic() >= t_end or not got.packets and (t_fair is None or time.monotonic() < slice_end - 0.01):
+            if refused_all or time.monotonic() >= t_end:
+                break
+            if not got.packets and (t_fair is None or time.monotonic() < slice_end - 0.01):
                 break  # the transport expects nothing more in time
         self._note_refusals(fair_for - heard, round_index)
         after = self.transport.stats()
