@@ -254,13 +254,16 @@ def test_a_node_that_refuses_every_producer_still_fetches_their_offers_once_and_
     a, b = (MemoryTransport(network, peer, cfg=cfg.swarm) for peer in ("QmA", "QmB"))
     for transport in (a, b):
         transport.start()
-    a.offer(5, 1, b"A's packet of round 5")
-    exchange = Exchange(b, cfg.swarm, "m", "t")
-    t0 = time.monotonic()
-    accepted, stats = exchange.collect(5, RefuseDistrusted({"QmA"}, reason="lockdown"))
-    assert accepted == [] and stats["swarm/rejected/lockdown"] == 1 and stats["swarm/packets_received"] == 1
-    assert time.monotonic() - t0 < 2.0  # one pass: nothing is waited for
-    assert b.neighbours()["QmA"]["rounds_idle"] == 0  # alive: it keeps its link
+    try:
+        a.offer(5, 1, b"A's packet of round 5")
+        t0 = time.monotonic()
+        accepted, stats = Exchange(b, cfg.swarm, "m", "t").collect(5, RefuseDistrusted({"QmA"}, reason="lockdown"))
+        assert accepted == [] and stats["swarm/rejected/lockdown"] == 1 and stats["swarm/packets_received"] == 1
+        assert time.monotonic() - t0 < 2.0  # one pass: nothing is waited for
+        assert b.neighbours()["QmA"]["rounds_idle"] == 0  # alive: it keeps its link
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_neighbour_earns_credit_unless_every_positive_it_sent_was_implausible():
