@@ -221,7 +221,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                 "sybil_slot_rounds_total": sum(s in seen[r] for r in seen for s in sybil_ids), "sybil_ids_up": len(sybil_ids),
                 "rounds_watched": len(seen), "neighbors_evicted": sum(r.get("swarm/neighbors_evicted", 0) for r in v_rows),
                 "peers_graylisted": sum(r.get("swarm/peers_graylisted", 0) for r in v_rows),
-                "victim_acc": [v.rows()[0]["eval/accuracy"], v_rows[-1]["eval/accuracy"]] if v_rows else None,
+                **node_outcome("victim", v.rows()), **node_outcome("honest", h.rows()),
                 "wall_s": round(time.time() - t0, 1), "work": str(tmp)}
     finally:
         for p in procs:
@@ -259,25 +259,41 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def node_outcome(name: str, rows: list[dict]) -> dict:
+    """A node's held-out pass@1 at its first and last evaluation, and what its guard did: the resets and
+    the most peers vouched for at once (in the poisoning campaigns: did tenure go to Sybils?)."""
+    evals = [r["eval/accuracy"] for r in rows if "eval/accuracy" in r]
+    return {f"{name}_acc": [evals[0], evals[-1]] if evals else None,
+            f"{name}_guard_resets": max((r.get("guard/resets", 0) for r in rows), default=0),
+            f"{name}_vouched_max": max((r.get("guard/vouched_peers", 0) for r in rows), default=0)}
+
+
 def accuracy_table(runs: list[dict]) -> str:
     """Delivering (poisoning) Sybils: V's held-out pass@1 at the end against the no-attack run of the same
     seed and length on the same kind of CPU (another CPU kind warm-starts V elsewhere: same seeds, other
     floats), the poisoning issue's bound: mean within 3 points, no seed more than 6 below."""
     def pairing(r: dict) -> tuple:
         return r.get("cpu"), r["seed"], r["rounds"]
-    base = {pairing(r): r["victim_acc"][1] for r in runs if not r["k"] and r.get("victim_acc")}
-    cells: dict[tuple, list[tuple[float, float]]] = {}
+    def end(r: dict, node: str) -> float | None:
+        return (r.get(f"{node}_acc") or [None, None])[1]
+
+    base = {pairing(r): r for r in runs if not r["k"] and r.get("victim_acc")}
+    cells: dict[tuple, list[dict]] = {}
     for r in runs:
         if r["k"] and r.get("kind", "empty") not in HOST_KINDS and r.get("victim_acc") and pairing(r) in base:
             cells.setdefault((r.get("cpu") or "-", r["k"], r["kind"], r["order"], r["rounds"],
-                              r.get("one_process", False)), []).append((r["victim_acc"][1], base[pairing(r)]))
-    lines = ["| CPU | Sybils | kind | order | rounds | seeds | V pass@1 end (no attack) | V - no attack: mean, worst |",
-             "|---|---|---|---|---:|---:|---:|---:|"]
-    for (cpu, k, kind, order, rounds, one), pairs in sorted(cells.items()):
-        diffs = [a - b for a, b in pairs]
-        lines.append(f"| {cpu} | {k} | {kind}{' (one process)' if one else ''} | {order} | {rounds} | {len(pairs)} | "
-                     f"{statistics.mean(a for a, _ in pairs):.3f} ({statistics.mean(b for _, b in pairs):.3f}) | "
-                     f"{statistics.mean(diffs):+.3f}, {min(diffs):+.3f} |")
+                              r.get("one_process", False)), []).append(r)
+    lines = ["| CPU | Sybils | kind | order | rounds | seeds | V pass@1 end (no attack) | V - no attack: mean, worst "
+             "| H - no attack: mean, worst |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for (cpu, k, kind, order, rounds, one), rs in sorted(cells.items()):
+        cols = []
+        for node in ("victim", "honest"):
+            diffs = [end(r, node) - end(base[pairing(r)], node) for r in rs
+                     if end(r, node) is not None and end(base[pairing(r)], node) is not None]
+            cols.append(f"{statistics.mean(diffs):+.3f}, {min(diffs):+.3f}" if diffs else "-")
+        lines.append(f"| {cpu} | {k} | {kind}{' (one process)' if one else ''} | {order} | {rounds} | {len(rs)} | "
+                     f"{statistics.mean(end(r, 'victim') for r in rs):.3f} "
+                     f"({statistics.mean(end(base[pairing(r)], 'victim') for r in rs):.3f}) | {cols[0]} | {cols[1]} |")
     return "\n".join(lines)
 
 
