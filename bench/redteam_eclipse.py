@@ -192,7 +192,8 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         for node in (v, h):
             assert node.wait(1500) == 0, node.text()
         watch.stop.set()
-        v_rows = [r for r in v.rows() if r["round"] >= 2]
+        v_all = v.rows()
+        v_rows = [r for r in v_all if r["round"] >= 2]
         h_id = (read_status(tmp / "honest") or {}).get("peer_id") or h.address().rsplit("/", 1)[-1]
         seen = watch.by_round
         linked = [r for r in sorted(seen) if h_id in seen[r]]
@@ -221,7 +222,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                 "sybil_slot_rounds_total": sum(s in seen[r] for r in seen for s in sybil_ids), "sybil_ids_up": len(sybil_ids),
                 "rounds_watched": len(seen), "neighbors_evicted": sum(r.get("swarm/neighbors_evicted", 0) for r in v_rows),
                 "peers_graylisted": sum(r.get("swarm/peers_graylisted", 0) for r in v_rows),
-                **node_outcome("victim", v.rows()), **node_outcome("honest", h.rows()),
+                **node_outcome("victim", v_all), **node_outcome("honest", h.rows()),
                 "wall_s": round(time.time() - t0, 1), "work": str(tmp)}
     finally:
         for p in procs:
