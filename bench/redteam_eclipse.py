@@ -47,6 +47,7 @@ if not __package__:  # run as `python bench/x.py`: import `bench` as a package f
 from swarm_node.harness.poisoner import VICTIM_WARMSTART_STEPS, victim_args  # noqa: E402
 from bench._common import load_runs, machine_info, percentile  # noqa: E402
 from bench.redteam_network import pinned  # noqa: E402
+from bench.redteam_poisoning import guard_figures  # noqa: E402
 from swarm_node.fsutil import write_atomic  # noqa: E402
 from swarm_node.harness.netns import Internet  # noqa: E402
 from swarm_node.harness.process import NodeProcess  # noqa: E402
@@ -115,9 +116,10 @@ def after_h_spread(rows: list[dict]) -> dict:
 
 
 def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "empty", pin: bool = False,
-          prestart: bool = False, subnets: bool = False, one_process: bool = False) -> dict:
+          prestart: bool = False, subnets: bool = False, one_process: bool = False, eval_every: int = 0) -> dict:
     """One trial; `prestart` as main() resolved it (asked for, or implied by `subnets`, for Sybil hosts only);
-    `one_process`: delivering Sybils as k ids of one poisoner process (else a process each)."""
+    `one_process`: delivering Sybils as k ids of one poisoner process (else a process each); `eval_every`: V and H
+    evaluate every this many rounds too (0: at the start and the end only)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"eclipse-{k}-{order}-{seed}-"))
     run, procs, t0 = f"eclipse-{k}-{order}-{seed}", [], time.time()
     n = os.cpu_count() or 1  # pinned: V and H on all cores but the last, the Sybils (and their p2pd) on the last
@@ -126,6 +128,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
     #   busy: offer them and answer every fetch `busy`; stall: hold every fetch open); else k delivering poisoners
     net = Internet(f"ecl{os.getpid() % 1000}") if subnets else None  # V, H, each Sybil: a namespace, a /24 of its own
     victims_file, sybil_ids, sybil_addrs = tmp / "victims.txt", [], []
+    evaluate = ["--set", f"train.eval_every={eval_every}"] if eval_every else []
 
     def node(name: str, args: list[str]) -> NodeProcess:
         """`swarm-node join` as V or H: on 127.0.0.1, or in a namespace host of its own."""
@@ -154,7 +157,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
     try:
         if prestart:  # up before V starts; they dial V only once sybils() names it
             launch_hosts(["--peers-file", str(victims_file)])
-        v = node("victim", [*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed}"])
+        v = node("victim", [*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed}"])
         procs.append(pinned(v, honest_cores).start())
         watch = Watch(tmp / "victim")
 
@@ -178,7 +181,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
             time.sleep(5)  # let them dial V and take its slots
 
         def honest() -> NodeProcess:
-            h = node("honest", [*victim_args(rounds), "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
+            h = node("honest", [*victim_args(rounds), *evaluate, "--run-id", run, "--set", f"train.seed={2 * seed + 1}",
                                 "--peers", v.address()])
             procs.append(pinned(h, honest_cores).start())
             return h
@@ -192,7 +195,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         for node in (v, h):
             assert node.wait(1500) == 0, node.text()
         watch.stop.set()
-        v_all = v.rows()
+        v_all, h_all = v.rows(), h.rows()
         v_rows = [r for r in v_all if r["round"] >= 2]
         h_id = (read_status(tmp / "honest") or {}).get("peer_id") or h.address().rsplit("/", 1)[-1]
         seen = watch.by_round
@@ -209,7 +212,7 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
         # V and H apart after they first linked, while H still ran (H leaves when its last round is done)
         unlinked_after = [r for r in unlinked_after if v_ends.get(r - 1, 0) < h_last]
         return {"k": k, "kind": kind, "order": order, "seed": seed, "rounds": rounds, "pinned": pin, "prestart": prestart,
-                "subnets": subnets, "one_process": one_process,
+                "subnets": subnets, "one_process": one_process, "eval_every": eval_every,
                 "honest_delivery": sum(r["round"] in with_h for r in v_rows) / len(v_rows),
                 "honest_delivery_after_h": sum(r["round"] in with_h for r in after_h) / max(1, len(after_h)),
                 "rounds_after_h": len(after_h),
@@ -222,7 +225,8 @@ def trial(k: int, order: str, seed: int, rounds: int, model: str, kind: str = "e
                 "sybil_slot_rounds_total": sum(s in seen[r] for r in seen for s in sybil_ids), "sybil_ids_up": len(sybil_ids),
                 "rounds_watched": len(seen), "neighbors_evicted": sum(r.get("swarm/neighbors_evicted", 0) for r in v_rows),
                 "peers_graylisted": sum(r.get("swarm/peers_graylisted", 0) for r in v_rows),
-                **node_outcome("victim", v_all), **node_outcome("honest", h.rows()),
+                **node_outcome("victim", v_all), **node_outcome("honest", h_all),
+                **{key: x for key, x in guard_figures(v_all, h_all).items() if key.endswith("_late_eval")},
                 "wall_s": round(time.time() - t0, 1), "work": str(tmp)}
     finally:
         for p in procs:
@@ -270,31 +274,36 @@ def node_outcome(name: str, rows: list[dict]) -> dict:
 
 
 def accuracy_table(runs: list[dict]) -> str:
-    """Delivering (poisoning) Sybils: V's held-out pass@1 at the end against the no-attack run of the same
-    seed and length on the same kind of CPU (another CPU kind warm-starts V elsewhere: same seeds, other
-    floats), the poisoning issue's bound: mean within 3 points, no seed more than 6 below."""
+    """Delivering (poisoning) Sybils: V's and H's held-out pass@1 against the no-attack run of the same seed,
+    length and evaluation schedule on the same kind of CPU (another CPU kind warm-starts V elsewhere: same
+    seeds, other floats), the poisoning issue's bound: mean within 3 points, no seed more than 6 below. A
+    run's score is the mean of its evaluations at rounds 80-100 where it evaluated every 5 rounds (one
+    snapshot of a tiny model swings by several points), else its last evaluation."""
     def pairing(r: dict) -> tuple:
-        return r.get("cpu"), r["seed"], r["rounds"]
-    def end(r: dict, node: str) -> float | None:
-        return (r.get(f"{node}_acc") or [None, None])[1]
+        return r.get("cpu"), r["seed"], r["rounds"], r.get("eval_every", 0)
+    def score(r: dict, node: str) -> float | None:
+        return r.get(f"{node}_late_eval") or (r.get(f"{node}_acc") or [None, None])[1]
 
     base = {pairing(r): r for r in runs if not r["k"] and r.get("victim_acc")}
     cells: dict[tuple, list[dict]] = {}
     for r in runs:
         if r["k"] and r.get("kind", "empty") not in HOST_KINDS and r.get("victim_acc") and pairing(r) in base:
             cells.setdefault((r.get("cpu") or "-", r["k"], r["kind"], r["order"], r["rounds"],
-                              r.get("one_process", False)), []).append(r)
-    lines = ["| CPU | Sybils | kind | order | rounds | seeds | V pass@1 end (no attack) | V - no attack: mean, worst "
-             "| H - no attack: mean, worst |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
-    for (cpu, k, kind, order, rounds, one), rs in sorted(cells.items()):
+                              r.get("one_process", False), r.get("eval_every", 0)), []).append(r)
+    lines = ["| CPU | Sybils | kind | order | rounds | scored on | V pass@1 (no attack) | V - no attack: per seed; mean, "
+             "worst | H - no attack: per seed; mean, worst |", "|---|---|---|---|---:|---|---:|---|---|"]
+    for (cpu, k, kind, order, rounds, one, every), rs in sorted(cells.items()):
+        rs = sorted(rs, key=lambda r: r["seed"])
         cols = []
         for node in ("victim", "honest"):
-            diffs = [end(r, node) - end(base[pairing(r)], node) for r in rs
-                     if end(r, node) is not None and end(base[pairing(r)], node) is not None]
-            cols.append(f"{statistics.mean(diffs):+.3f}, {min(diffs):+.3f}" if diffs else "-")
-        lines.append(f"| {cpu} | {k} | {kind}{' (one process)' if one else ''} | {order} | {rounds} | {len(rs)} | "
-                     f"{statistics.mean(end(r, 'victim') for r in rs):.3f} "
-                     f"({statistics.mean(end(base[pairing(r)], 'victim') for r in rs):.3f}) | {cols[0]} | {cols[1]} |")
+            diffs = [score(r, node) - score(base[pairing(r)], node) for r in rs
+                     if score(r, node) is not None and score(base[pairing(r)], node) is not None]
+            cols.append(f"{', '.join(f'{100 * d:+.1f}' for d in diffs)}; {100 * statistics.mean(diffs):+.1f}, "
+                        f"{100 * min(diffs):+.1f}" if diffs else "-")
+        lines.append(f"| {cpu} | {k} | {kind}{' (one process)' if one else ''} | {order} | {rounds} | "
+                     f"{'rounds 80-100' if every else 'the end'}, {len(rs)} seeds | "
+                     f"{statistics.mean(score(r, 'victim') for r in rs):.3f} "
+                     f"({statistics.mean(score(base[pairing(r)], 'victim') for r in rs):.3f}) | {cols[0]} | {cols[1]} |")
     return "\n".join(lines)
 
 
@@ -317,6 +326,8 @@ def main() -> int:
                                                            "--one-process, k delivering ids in one /24); baselines too")
     ap.add_argument("--one-process", action="store_true", help="delivering Sybils (a poisoner kind) as k ids of one "
                                                                "process, not a process each (k = 64)")
+    ap.add_argument("--eval-every", type=int, default=0, help="V and H also evaluate every this many rounds; the "
+                                                               "accuracy table then scores rounds 80-100 (default: the end)")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args()
     path = Path(args.results)
@@ -332,11 +343,13 @@ def main() -> int:
         prestart = (args.prestart or args.subnets) and kind in HOST_KINDS and k > 0
         one_process = args.one_process and kind not in HOST_KINDS and k > 0
         if any((r["k"], r.get("kind", "empty"), r["order"], r["seed"], r["rounds"], r.get("pinned", False),
-                r.get("prestart", False), r.get("subnets", False), r.get("one_process", False), r.get("cpu")) ==
-               (k, kind, order, seed, args.rounds, args.pin, prestart, args.subnets, one_process, cpu)
+                r.get("prestart", False), r.get("subnets", False), r.get("one_process", False), r.get("cpu"),
+                r.get("eval_every", 0)) ==
+               (k, kind, order, seed, args.rounds, args.pin, prestart, args.subnets, one_process, cpu, args.eval_every)
                for r in load_runs(path)):
             continue
-        res = {**trial(k, order, seed, args.rounds, model, kind, args.pin, prestart, args.subnets, one_process),
+        res = {**trial(k, order, seed, args.rounds, model, kind, args.pin, prestart, args.subnets, one_process,
+                       args.eval_every),
                "cpu": cpu}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"runs": load_runs(path) + [res]}, indent=1) + "\n")

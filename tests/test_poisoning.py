@@ -86,16 +86,23 @@ def test_a_junk_poisoner_cannot_unteach_a_node(tmp_path, procs):
             assert end >= start - 0.03, (start, end)
 
 
-def test_delivering_sybils_that_skew_a_node_are_undone_by_the_guard(tmp_path, procs):
-    """6 Sybil ids of one process join V before the honest peer and deliver `skew` packets
-    (swarm_node/harness/poison_kinds.py: verified-correct, plausible answers, only for prompts whose
-    answer ends in 0; issue 27). Without the guard they held V's peer slots and V ended below its
-    warm start in most such trials on an Intel Xeon (docs/RELIABILITY.md, "The same Sybils on an
-    Intel Xeon"). The guard (train/guard.py) finds that V fell behind its copy trained on its own
-    groups, puts V back on that copy and locks the ids out."""
-    rounds, run, model = 60, "guard-skew", public_warm_start(VICTIM_WARMSTART_STEPS)
-    v = procs(NodeProcess.join([*victim_args(rounds), "--run-id", run, "--set", "train.seed=0"], tmp_path / "victim"))
-    evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", "skew", "--ids", "6",
+def test_sybils_whose_poison_passes_the_objective_are_undone_by_the_guard(tmp_path, procs):
+    """The guard (train/guard.py) is the defence for harm that passes every other one: an attack
+    nobody has thought of yet. Here that harm is made certain by giving V the paper's objective for
+    every peer (negatives weighted, no plausibility bar, no advantage cap), so the `junk` packets
+    of 6 Sybil ids of one process, which join V before the honest peer, reach V's gradient: with that
+    objective one such id took V from 0.14 to 0.01 in 100 rounds (docs/RELIABILITY.md). The guard
+    must find that V fell behind its copy trained on its own groups, put V back on that copy and
+    lock the ids out, so V ends where it would have alone, not at 0.
+
+    (Until session 29 this test ran `skew` Sybils against the default objective. Their harm did not
+    always reach the guard's bar in 60 rounds, so the test could not require a reset.)"""
+    rounds, run, model = 60, "guard-junk", public_warm_start(VICTIM_WARMSTART_STEPS)
+    paper = ["--set", "loss.peer_negative_weight=1", "--set", "loss.peer_plausibility_margin=null",
+             "--set", "loss.peer_max_advantage=null"]
+    v = procs(NodeProcess.join([*victim_args(rounds), *paper, "--run-id", run, "--set", "train.seed=0"],
+                               tmp_path / "victim"))
+    evil = procs(NodeProcess([sys.executable, "-m", "swarm_node.harness.poisoner", "--kind", "junk", "--ids", "6",
                               "--peers", v.address(), "--run-id", run, "--model", model, "--groups", "16",
                               "--seconds", "900"]))
     evil.wait_line("ATTACKER", 300)
@@ -106,19 +113,19 @@ def test_delivering_sybils_that_skew_a_node_are_undone_by_the_guard(tmp_path, pr
         assert node.wait(900) == 0, node.text()
     evil.popen.terminate()
     rows = v.rows()
+    checks = [(r["round"], round(r["guard/gap"], 3), round(r["guard/bar"], 3)) for r in rows if "guard/gap" in r]
     resets = max(r.get("guard/resets", 0) for r in rows)
-    # the lockdown each harm starts (its rounds left at the check); refused offers are not even fetched. Counted
-    # at the harm, not over the run: one found at round 55 (session 24's CI run) locks until 75, past the end
+    # the lockdown each harm starts (its rounds left at the check), counted at the harm: one found at round 55
+    # locks until 75, past the end
     locked = max((r.get("guard/lockdown_rounds", 0) for r in rows if "guard/gap" in r), default=0)
     start, end = rows[0]["eval/accuracy"], rows[-1]["eval/accuracy"]
-    checks = [(r["round"], round(r["guard/gap"], 3), round(r["guard/bar"], 3)) for r in rows if "guard/gap" in r]
-    print(f"\nguard against 6 skew Sybils: V {start:.3f} -> {end:.3f}, {resets} reset(s), {locked} rounds in a "
-          f"lockdown; checks (round, pooled gap, bar): {checks}")
-    # the guard put V back and locked the ids out (the default guard_ban_rounds = 20), or V ended within the bar
-    # of its alone copy without it: on the AMD EPYC the 6 ids' skew did not always reach the bar in 60 rounds
-    # (CI, session 28: V 0.14 -> 0.45, pooled gaps -0.09 .. +0.04, no harm found; the same code found it in the
-    # CI run before)
-    assert resets >= 1 and locked >= 20 or checks[-1][1] <= checks[-1][2], checks
+    attacked = sum(r.get("swarm/peer_groups_used", 0) for r in rows[1:])
+    print(f"\nguard against 6 junk Sybils under the paper's objective: V {start:.3f} -> {end:.3f}, {attacked} peer "
+          f"groups trained on, {resets} reset(s), {locked} rounds in a lockdown; checks (round, pooled gap, bar): "
+          f"{checks}")
+    assert attacked >= 20, attacked  # the poison reached V's steps
+    # the guard found the harm, put V back and locked the ids out (the default guard_ban_rounds = 20)
+    assert resets >= 1 and locked >= 20, checks
     # V learns on as its own copy would (measured: 0.205 -> 0.24 and 0.34 in 60 rounds); n = 200 has a
-    # standard error of ~0.03. Without the guard V ended below its warm start in most such trials.
+    # standard error of ~0.03. With this objective and no guard V falls towards 0.
     assert end >= start - 0.03, (start, end, checks)

@@ -182,7 +182,8 @@ def main() -> int:
                 print(f"sybils: {e}", file=sys.stderr, flush=True)
             time.sleep(0.5)
         return 0
-    finally:
+    finally:  # ending: a TERM from here on, while the interpreter shuts down, must not make it exit -15
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if args.summary:
             write_json_atomic(args.summary, summary, durable=False)
         for s in sybils:
