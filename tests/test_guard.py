@@ -335,6 +335,33 @@ def test_steady_teaching_through_checks_with_no_harm_vouches_and_a_harmful_windo
     assert restored.tenure == {}  # a state saved before tenure existed loads
 
 
+def test_tenure_and_a_vouch_last_only_while_the_peer_teaches_steadily(tiny_policy, arith, monkeypatch):
+    """Tenure was never lost to silence and its checks need not follow each other, and one round in 50
+    kept a vouch: ids taking turns could bank tenure, about 26 per 20 rounds at the defaults, 130
+    vouched after 100 rounds, each admitted in every lockdown (red team, session 29). A check with no
+    harm found now takes tenure and vouch from each peer that did not teach in half the rounds since
+    the check before; a second check in the same round judges nothing."""
+    from swarm_node.train.guard import TENURE
+
+    trainer, guard = _guard(tiny_policy, arith)
+    for k in range(2 * TENURE):  # peer-turns is steady in every other interval, peer-steady in all
+        for _ in range(5):
+            guard.step([], 0, taught_by={"peer-steady"} | ({"peer-turns"} if k % 2 == 0 else set()))
+        _answers(monkeypatch, mixed_right=50, alone_right=50)
+        assert guard.check(5 * (k + 1)).stats["guard/resets"] == 0
+        assert guard.tenure["peer-turns"] == (k + 1) % 2, k  # banked before: 1, 1, 2, 2, 3, 3, 4 (vouched), 4
+    assert guard.vouched.keys() == {"peer-steady"}
+    _answers(monkeypatch, mixed_right=50, alone_right=50)
+    guard.check(10 * TENURE, last=True)  # again in the same round
+    assert guard.vouched.keys() == {"peer-steady"}
+    guard.step([], 0, taught_by={"peer-steady"})  # then 1 round of 5: it kept a vouch for 49 rounds before
+    for _ in range(4):
+        guard.step([], 0, taught_by=set())
+    _answers(monkeypatch, mixed_right=50, alone_right=50)
+    guard.check(10 * TENURE + 5)
+    assert guard.vouched == {} and guard.tenure == {}
+
+
 def test_a_session_25_guard_state_keeps_its_vouches_and_their_steps(tiny_policy, arith):
     """Until session 25 the vouched peers were a list and their latest teaching steps a dict beside it."""
     _, guard = _guard(tiny_policy, arith)

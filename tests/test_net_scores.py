@@ -693,3 +693,30 @@ def test_a_neighbour_whose_teaching_packet_found_no_room_is_alive_not_credited()
         mesh.set_own("m", "t", r, 1, [], ADDR)
         mesh.credit("QmLeftOut", float(r), taken=False)
     assert mesh.starving()
+
+
+@pytest.mark.parametrize("fed", [False, True])
+def test_a_neighbour_a_lockdown_refuses_keeps_its_slot_against_knocking_newcomers(fed):
+    """A guard's lockdown refuses H's valid packets (marked alive, never credited). Knocking Sybils used
+    to take H's slot as soon as H counted as stale: 2 rounds in if the node starved (every producer
+    refused), USELESS_ROUNDS if some vouched id still fed it (red team, session 29); when the lockdown
+    ended, Sybils held the slots. Alive is fed: H keeps its slot, in both cases."""
+    from swarm_node.net.scores import USELESS_ROUNDS
+
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    for peer in ("QmH", *SYBILS[:3]):  # H joined first: the oldest inbound neighbour; each offers its packets
+        assert mesh.receive(peer, _ann(degree=1, offers="a"), 0.0)["status"] == "ok"
+    for r in range(1, 4):
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        for peer in mesh.neighbors:
+            mesh.credit(peer, 10.0 * r)
+    for r in range(4, 5 + USELESS_ROUNDS):  # the lockdown: H (not vouched) refused; the Sybils vouched (fed) or not
+        t = 10.0 * r
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        mesh.credit("QmH", t, useful=False, taken=False)
+        for s in SYBILS[:3]:
+            mesh.credit(s, t, taken=fed)
+        assert mesh.starving() != fed or r < 6  # starving: nothing credited for 2 rounds
+        assert mesh.receive(f"QmKnocker{r}", _ann(r, offers="e"), t)["status"] == "full", r
+        assert "QmH" in mesh.neighbors, r

@@ -224,7 +224,7 @@ class Mesh:
         what it does not serve is found out by a fetch, or by a round without a delivery (an offer answered
         `busy`, stalled, or one we hold already is never fetched: red team, session 13)."""
         n = self.neighbors.get(peer)
-        if n is not None and n.score.credits == 0 and n.score.since_round < self.round:
+        if n is not None and n.score.since_round < self.round and not n.score.delivered():
             return False
         offers = offers if offers is not None else n.info.offers if n is not None and n.info is not None else []
         ours = {o[1] for o in self.own["offers"]}  # a copy of our own offer is never fetched, so never found out

@@ -183,6 +183,10 @@ class Score:
         last_t = max(self.since_t, self.credited_t, self.alive_t)
         return round - self.last_round() >= idle_rounds and now - last_t >= idle_s
 
+    def delivered(self) -> bool:
+        """Credited, or alive, since it joined."""
+        return self.credits > 0 or self.alive_round >= self.since_round
+
     def last_round(self) -> int:
         """Our round when it joined, or last delivered (credited, or alive)."""
         return max(self.since_round, self.credited_round, self.alive_round)
@@ -207,10 +211,12 @@ def yielding(inbound: dict[str, Score], round: int, starving: bool, newcomer_off
     peer knocked again: none of its packets in 30 rounds). Fed, one whose packets we took (credited)
     but whose groups carried no training signal for USELESS_ROUNDS (6 Sybils sending valid all-wrong
     groups kept every slot: the honest peer got none in 60 rounds). A neighbour not credited yet (a
-    newcomer still catching up) is otherwise only ever idle. The one that fed us least goes first."""
+    newcomer still catching up) is otherwise only ever idle. One alive (a valid packet that could teach,
+    refused by a guard's lockdown or with no room in our step) is fed: knocking Sybils took the slot of
+    the honest peer a lockdown refused (red team, session 29). The one that fed us least goes first."""
     def last_fed(q: str) -> int:
         s = inbound[q]
-        return max(s.since_round, s.credited_round if starving else s.useful_round)
+        return max(s.since_round, s.alive_round, s.credited_round if starving else s.useful_round)
     stale = [q for q, s in inbound.items() if round - last_fed(q) >= (STARVING_ROUNDS if starving else USELESS_ROUNDS)
              and (starving or s.credits > 0)]
     if starving and newcomer_offers and not stale:

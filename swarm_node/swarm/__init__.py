@@ -16,8 +16,10 @@ from __future__ import annotations
 
 
 class Rejected(Exception):
-    """A peer packet that must not be trained on; `reason` is a short metric-friendly code."""
+    """A peer packet that must not be trained on; `reason` is a short metric-friendly code;
+    `could_teach`: it passed every check and a group of it carries a training signal (a lockdown's
+    refusal of a valid packet: its sender is alive)."""
 
-    def __init__(self, reason: str, detail: str = ""):
+    def __init__(self, reason: str, detail: str = "", could_teach: bool = False):
         super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
+        self.reason, self.could_teach = reason, could_teach

@@ -6,9 +6,10 @@ docs/RELIABILITY.md lists them). The checks, in order:
 
     decode        the codec's strict validation (limits, types, finite log-probs <= 0, vocab)
     trust         with `swarm.trusted_peers` set, the sender is one of them (private swarms); and
-                  the guard does not refuse the sender now (`refuses`: distrusted, because what it
-                  taught made us worse; or, in a lockdown after such a verdict, not vouched for:
-                  train/guard.py)
+                  the guard has not banned the sender (`refuses`: distrusted, because what it
+                  taught made us worse: train/guard.py)
+    empty         a packet with no groups (nothing to train on) is refused: else, accepted, it
+                  would end a round's wait at no cost to its sender
     run           packet.run_id is this swarm's run
     sender        packet.sender equals the authenticated libp2p peer we fetched it from
     tokenizer     same tokenizer fingerprint as ours, else its token ids mean nothing to us
@@ -38,6 +39,10 @@ docs/RELIABILITY.md lists them). The checks, in order:
                   own for untrusted peers). Counted as `swarm/completions_retokenized`
     reward        recomputed from our gold answer; the sender's claim is ignored (a wrong claim
                   is counted as `swarm/rewards_corrected`, not rejected: the field is advisory)
+    lockdown      last: in a lockdown after a harm (train/guard.py), a peer not vouched for is
+                  refused, with `could_teach` set if its packet passed every check above and has a
+                  group whose rewards differ; only then is its sender alive and keeps its link
+                  (swarm/exchange.py): any bytes at all kept a slot through a lockdown before
 
 Admission holds a `Scorer` (the task and our tokenizer, tasks/scoring.py), never the model; the
 exchange, which moves the bytes, holds neither and asks admission about every packet.
@@ -133,14 +138,14 @@ class Admission:
         if locked_until > self.locked_until:
             self.locked_until, self.vouched = locked_until, frozenset(vouched)
 
-    def refuses(self, peer: str, round_index: int) -> str | None:
-        """Why every packet of `peer` is refused in `round_index` (`distrusted`, `lockdown`), or None
-        (never for a peer of `swarm.trusted_peers`)."""
+    def refuses(self, peer: str, round_index: int, lockdown: bool = True) -> str | None:
+        """Why every packet of `peer` is refused in `round_index` (`distrusted`; `lockdown` unless
+        `lockdown=False`), or None (never for a peer of `swarm.trusted_peers`)."""
         if peer in self.expect.trusted_peers:
             return None
         if self.distrusted.get(peer, 0) > round_index:
             return "distrusted"
-        return "lockdown" if round_index < self.locked_until and peer not in self.vouched else None
+        return "lockdown" if lockdown and round_index < self.locked_until and peer not in self.vouched else None
 
     def distrusted_at(self, round_index: int) -> int:
         """How many peers are distrusted in `round_index` (forgets the bans that ended)."""
@@ -174,6 +179,10 @@ class Admission:
         claimed = [c.reward for g in packet.groups for c in g.completions]
         self.scorer.score(packet.groups)
         ours = [c.reward for g in packet.groups for c in g.completions]
+        if self.refuses(item.peer_id, round_index) == "lockdown":  # last: only a valid packet shows it alive
+            teaches = any(len({c.reward for c in g.completions}) > 1 for g in packet.groups)
+            raise Rejected("lockdown", f"{item.peer_id}: not vouched for in the guard's lockdown (train/guard.py)",
+                           could_teach=teaches)
         self.rewards_corrected += sum(a != b for a, b in zip(claimed, ours))
         self.retokenized += retokenized
         return packet
@@ -239,13 +248,14 @@ class Admission:
         expect = self.expect
         if expect.trusted_peers and item.peer_id not in expect.trusted_peers:
             raise Rejected("untrusted_peer", item.peer_id)
-        refused = self.refuses(item.peer_id, round_index)
-        if refused:
-            raise Rejected(refused, f"{item.peer_id}: the guard refuses its packets for now (train/guard.py)")
+        if self.refuses(item.peer_id, round_index, lockdown=False):  # banned: not even decoded (a lockdown: `check`)
+            raise Rejected("distrusted", f"{item.peer_id}: the guard refuses its packets for now (train/guard.py)")
         try:
             packet = decode(item.data, vocab_size=self.scorer.vocab_size)
         except PacketError as e:
             raise Rejected(f"codec_{e.code}", str(e)) from None
+        if not packet.groups:
+            raise Rejected("empty", "a packet with no groups")
         if packet.run_id != expect.run_id:
             raise Rejected("wrong_run", packet.run_id)
         if packet.sender != item.peer_id:

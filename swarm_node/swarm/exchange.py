@@ -10,7 +10,9 @@
               offers rounds ahead and always arrives first used to end every wait and crowd the
               honest peer out (0 bytes from it in 100 of 100 rounds); a neighbour silent for longer
               is not waited for (free Sybil ids would each buy every round the wait), nor a new one
-              after a fetch of it failed or a wait for it ran out (`_fair_wait_for`)
+              after a fetch of it failed or a wait for it ran out (`_fair_wait_for`); in a guard's
+              lockdown the whole wait is at most `fair_wait_s` (a vouched id that offered late held
+              each round to the deadline), and a lockdown that refuses every producer makes one pass
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness, and
@@ -103,6 +105,8 @@ class Exchange:
         rejected: Counter[str] = Counter()
         n_received, packet_bytes_in, peers, lagging = 0, 0, 0, 0
         t_end = time.monotonic() + self._deadline()
+        if self._lockdown(gate, round_index):  # what a lockdown admits is waited for fair_wait_s at most: a vouched id
+            t_end = min(t_end, time.monotonic() + s.fair_wait_s)  # offering late held every round to the deadline
         heard: set[str] = set()  # peers that delivered a packet this round (accepted or not)
         t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
         fair_for: set[str] = set()  # the neighbours a fair wait was spent on this round
@@ -219,6 +223,10 @@ class Exchange:
             self.producing.pop(next(iter(self.producing)))
         return max(min(1, self.cfg.min_peers), self.cfg.min_peers - len(self.producing.keys() - offering))
 
+    def _lockdown(self, gate: Gate, round_index: int) -> bool:
+        """A guard's lockdown refuses a producer we know (train/guard.py)."""
+        return any(gate.refuses(p.peer_id, round_index) == "lockdown" for p in self.transport.peers() if p.produces)
+
     def _only_refused(self, gate: Gate, round_index: int) -> bool:
         """Every producer we know is refused whatever it sends (train/guard.py): waiting for packets
         we would refuse would cost each round the whole deadline."""
@@ -248,8 +256,8 @@ class Exchange:
             log.warning("rejected packet %s from %s: %s", item.digest[:19], item.peer_id, e)
             if e.reason == "sender_mismatch":  # maybe another peer's genuine packet: get it from its sender
                 self.transport.distrust(item.peer_id, item.digest)
-            elif e.reason == "lockdown":  # not its misbehaviour (train/guard.py): it keeps its link, idle or not
-                self.transport.credit(item.peer_id, useful=False, taken=False)
+            elif e.reason == "lockdown" and e.could_teach and item.peer_id not in self.implausible_at:
+                self.transport.credit(item.peer_id, useful=False, taken=False)  # not misbehaviour: it keeps its link
         except Exception:  # a bug reached by a peer's bytes must not take the node down
             rejected["internal_error"] += 1
             log.exception("error while checking packet %s from %s; dropped", item.digest[:19], item.peer_id)

@@ -42,13 +42,17 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
 
 Tenure (every check that found no harm): a peer that taught in at least half the rounds since the
 check before earns a check of tenure; TENURE (4) of them vouch for it, and teaching in a window found
-harmful costs it all of them. Until session 26 only a measured gain vouched, and honest runs rarely
+harmful costs it all of them. Tenure and vouching last only while the peer stays steady: at a check
+with no harm found, a peer that did not teach in half the rounds since the one before loses both
+(until session 29 tenure was never lost to silence and checks need not follow each other, so ids
+taking turns could bank tenure, and one round in 50 kept a vouch: about 26 ids per 20 rounds could
+be vouched for, 130 after 100 rounds, each admitted in every lockdown). Until session 26 only a measured gain vouched, and honest runs rarely
 measure one: at a false alarm (8 of 21 no-attack runs of 100 rounds had at least one) the honest
 neighbour was banned as new or refused in the lockdown, in one run for 81 rounds of 100. Tenure is a
 privilege an attacker can earn too, by teaching steadily with no harm found for 20 rounds; what it
 buys is one more window (the lockdown it is forgiven into) per 20 rounds of steady teaching with no
-harm found, and k ids earn it together only if each teaches in half the rounds, which the step's peer
-slots bound.
+harm found, and the ids vouched for at any time, by tenure or by a gain, are ids that taught in half
+the rounds of the last interval, which the step's peer slots bound (about 26 at the defaults).
 
 The bound, in plain words: at every check after the second since the last verdict, and after the
 last round, the node is at most the bar behind a copy of itself that learned from its own groups
@@ -231,7 +235,10 @@ class Guard:
         last check; TENURE of them vouch for it. A steady honest neighbour is then admitted through a
         false alarm's lockdown (this once); Sybils must each teach that steadily, and the step's peer slots
         bound how many can (docs/RELIABILITY.md)."""
-        steady = [p for p, n in self.interval.items() if 2 * n >= self.interval_rounds]
+        if not self.interval_rounds:  # a second check in one round (the last round's): nothing to judge
+            return
+        steady = {p for p, n in self.interval.items() if 2 * n >= self.interval_rounds}
+        self._forget((self.tenure.keys() | self.vouched.keys()) - steady)  # consecutive: none is banked or kept idle
         self.tenure.update(steady)
         self.vouched.update(dict.fromkeys((p for p in steady if self.tenure[p] >= TENURE), self.steps))
 
