@@ -155,10 +155,10 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     moments = trainer.optimizer.state_dict()["state"][0]["exp_avg"]
     assert torch.equal(moments, alone_state["state"][0]["exp_avg"])  # and so is the optimizer state
     assert moments.data_ptr() != guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"].data_ptr()  # a copy
-    assert guard.taught == {} and guard.known == {"peer-a", "peer-b"}
+    assert guard.taught == {} and guard.known.keys() == {"peer-a", "peer-b"}
 
     guard.step([], 0, taught_by={"peer-a", "peer-c", "peer-known"})
-    guard.known.add("peer-known")  # it taught before a verdict and was never blamed
+    guard.known["peer-known"] = None  # it taught before a verdict and was never blamed
     _answers(monkeypatch, mixed_right=41, alone_right=50)
     assert guard.check(20).distrusted == {}  # one small gap is not enough ...
     _answers(monkeypatch, mixed_right=41, alone_right=50)
@@ -251,7 +251,7 @@ def test_a_checkpoint_keeps_the_guard_so_a_restart_compares_with_the_same_refere
     moments = guard2.shadow.optimizer.state_dict()["state"][0]["exp_avg"]
     assert torch.equal(moments, guard.shadow.optimizer.state_dict()["state"][0]["exp_avg"])
     per_check = min(100, len(guard.reserve.pool) // 3)  # the reserve is a random share: at times under 300 problems
-    assert (guard2.taught, guard2.rounds, guard2.known, guard2.recent) == ({"peer-b": 1}, 1, {"peer-a"}, [(5, 0, per_check)])
+    assert (guard2.taught, guard2.rounds, set(guard2.known), guard2.recent) == ({"peer-b": 1}, 1, {"peer-a"}, [(5, 0, per_check)])
     assert (guard2.resets, guard2.harms, guard2.offences) == (1, [10], {"peer-a": 1})
     assert guard2.reserve.key == guard.reserve.key and guard2.reserve.pool == guard.reserve.pool  # the same problems
     assert admission.refuses("peer-a", 16) == "distrusted" and admission.refuses("peer-b", 16) == "lockdown"
@@ -360,6 +360,20 @@ def test_tenure_and_a_vouch_last_only_while_the_peer_teaches_steadily(tiny_polic
     _answers(monkeypatch, mixed_right=50, alone_right=50)
     guard.check(10 * TENURE + 5)
     assert guard.vouched == {} and guard.tenure == {}
+
+
+def test_the_peers_known_before_a_verdict_are_the_latest_max_known(tiny_policy, arith, monkeypatch):
+    """Free ids that each teach once must not grow the guard's state, saved in every checkpoint, without
+    bound (red team, session 29): the latest MAX_KNOWN are kept, and one that teaches again is the latest."""
+    monkeypatch.setattr(guard_module, "MAX_KNOWN", 3)
+    _, guard = _guard(tiny_policy, arith)
+    for r, peers in ((5, ["peer-a", "peer-b"]), (10, ["peer-c", "peer-a"]), (15, ["peer-d"])):
+        for peer in peers:
+            guard.step([], 0, taught_by={peer})
+        _answers(monkeypatch, mixed_right=60, alone_right=40)  # a gain at each: a verdict
+        guard.check(r)
+        guard.check(r)  # CONFIRM checks make a verdict
+    assert list(guard.known) == ["peer-c", "peer-a", "peer-d"]
 
 
 def test_a_session_25_guard_state_keeps_its_vouches_and_their_steps(tiny_policy, arith):

@@ -105,6 +105,7 @@ SMALL_WINDOW = 150  # problems per window below which the guard warns that it on
 MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
 LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
 VOUCH_SILENCE = 50  # a vouched peer that taught in none of our last 50 rounds is no longer admitted in a lockdown
+MAX_KNOWN = 4096  # peers remembered as having taught before a verdict (a forgotten one is new again at a harm)
 TENURE = 4  # checks with no harm found, each after teaching in at least half the rounds since the one before, vouch
 
 
@@ -139,7 +140,7 @@ class Guard:
         self.reserve = self._reserve(reserve_share)  # the checks' problems: secret, never trained on
         self.taught: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last verdict
         self.rounds = 0  # rounds since the last verdict
-        self.known: set[str] = set()  # peers that taught before the last verdict
+        self.known: dict[str, None] = {}  # peers that taught before the last verdict, the latest MAX_KNOWN, oldest first
         self.offences: Counter[str] = Counter()  # bans of each peer, forgotten LOCKDOWN_MEMORY rounds after its latest
         self.offended_at: dict[str, int] = {}  # peer -> round of its latest ban
         self.steps = 0  # rounds stepped
@@ -223,7 +224,11 @@ class Guard:
                 self.vouched.update(dict.fromkeys((p for p, n in self.taught.items() if 2 * n >= self.rounds), self.steps))
         self.interval, self.interval_rounds = Counter(), 0
         if ready and abs(B - C) > bar or fresh_harm:
-            self.known |= self.taught.keys()
+            for peer in self.taught:  # newest last
+                self.known.pop(peer, None)
+                self.known[peer] = None
+            for peer in list(self.known)[:max(0, len(self.known) - MAX_KNOWN)]:  # free ids must not grow every checkpoint
+                del self.known[peer]
             self.taught, self.rounds, self.recent = Counter(), 0, []
         verdict.stats.update({M.GUARD_MIXED: float(mixed.float().mean()), M.GUARD_ALONE: float(alone.float().mean()),
                               M.GUARD_GAP: (B - C) / N, M.GUARD_BAR: bar / N, M.GUARD_RESETS: self.resets,
@@ -281,7 +286,7 @@ class Guard:
     def state_dict(self) -> dict:
         """All of the guard's state, for a checkpoint (tensors and plain values: torch.load(weights_only=True) reads it)."""
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
-                "taught": dict(self.taught), "rounds": self.rounds, "known": sorted(self.known),
+                "taught": dict(self.taught), "rounds": self.rounds, "known": list(self.known),
                 "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": dict(self.vouched),
                 "steps": self.steps, "tenure": dict(self.tenure), "interval": dict(self.interval),
                 "interval_rounds": self.interval_rounds,
@@ -305,7 +310,7 @@ class Guard:
             a.copy_(saved)
         self.shadow.optimizer.load_state_dict(state["optimizer"])
         self.taught, self.rounds = Counter(state["taught"]), state["rounds"]
-        self.known, self.offences = set(state["known"]), Counter(state["offences"])
+        self.known, self.offences = dict.fromkeys(state["known"]), Counter(state["offences"])
         self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
         self.steps, vouched = state.get("steps", 0), state["vouched"]
         if not isinstance(vouched, dict):  # before session 26: a list, and the steps apart (before session 25: none)
