@@ -277,7 +277,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                 # ---------------------------------------------------------------- guard
                 if guard is not None:  # a copy learns alone from its own samples; peers must not leave us behind it
                     taught = {s for s, signal in zip(sources, batch.in_signal_group().tolist()) if signal} - {OWN} - trusted
-                    seconds = guard.step(examples, round_seed(draws, r), taught_by=taught)
+                    present = ({peer for peer, _ in accepted} | exchange.standing_by) - trusted if exchange else set()
+                    seconds = guard.step(examples, round_seed(draws, r), taught_by=taught, present=present)
                     if _due(r, cfg.swarm.guard_every, last):
                         verdict = guard.check(r, last=r == last)
                         admission.distrust(verdict.distrusted, verdict.locked_until, verdict.admitted)

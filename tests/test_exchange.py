@@ -201,16 +201,16 @@ def test_a_new_neighbour_that_refuses_a_fetch_or_lets_a_fair_wait_run_out_is_not
 class RefuseDistrusted(AdmitAll):
     """Admits every packet but those of the peers it distrusts (as Admission does after the guard's verdict)."""
 
-    def __init__(self, distrusted, refused=(), reason="distrusted", could_teach=True):
+    def __init__(self, distrusted, refused=(), reason="distrusted", valid=True):
         self.distrusted, self.refused, self.reason = set(distrusted), set(distrusted) | set(refused), reason
-        self.could_teach = could_teach  # a lockdown's refusal: the packet passed every check and could teach
+        self.valid = valid  # a lockdown's refusal: the packet passed every check
 
     def refuses(self, peer, round_index):
         return self.reason if peer in self.distrusted else None
 
     def check(self, item, round_index):
         if item.peer_id in self.refused:
-            raise Rejected(self.reason, item.peer_id, could_teach=self.reason == "lockdown" and self.could_teach)
+            raise Rejected(self.reason, item.peer_id, valid=self.reason == "lockdown" and self.valid)
         return super().check(item, round_index)
 
 
@@ -237,24 +237,25 @@ def test_nobody_waits_for_a_distrusted_peer_but_another_producer_is_still_waited
 
 
 def test_a_peer_refused_by_a_lockdown_keeps_its_link_and_a_distrusted_one_does_not():
-    """A lockdown's refusal of a packet that passed every check and could teach marks its sender alive;
-    one that could not teach (any bytes: garbage kept a slot through a lockdown, red team, session 29)
-    does not, nor a refusal of a peer the guard banned."""
+    """A lockdown's refusal of a packet that passed every check marks its sender alive; a refusal before
+    the checks passed (any bytes kept a slot through a lockdown, red team, session 29) does not, nor a
+    refusal of a peer the guard banned."""
     cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=1"])
-    for reason, could_teach, alive in (("lockdown", True, ["QmPeer"]), ("lockdown", False, []),
-                                       ("distrusted", True, [])):
+    for reason, valid, alive in (("lockdown", True, ["QmPeer"]), ("lockdown", False, []), ("distrusted", True, [])):
         transport = PacedTransport(["QmPeer"], set())
         transport.batches = [[Received("QmPeer", 5, "sha256:p", b"p")]]
-        gate = RefuseDistrusted({"QmPeer"}, reason=reason, could_teach=could_teach)
-        Exchange(transport, cfg.swarm, "m", "t").collect(5, gate)
-        assert transport.alive == alive and transport.credited == [], (reason, could_teach)
+        exchange = Exchange(transport, cfg.swarm, "m", "t")
+        exchange.collect(5, RefuseDistrusted({"QmPeer"}, reason=reason, valid=valid))
+        assert transport.alive == alive and transport.credited == [], (reason, valid)
+        assert exchange.standing_by == set(alive)
 
 
 def test_in_a_lockdown_a_vouched_producer_that_offers_late_costs_a_round_at_most_fair_wait_s():
     """A lockdown refuses QmHonest (not vouched for) and admits QmVouched, which earned tenure and now
     delivers each round's packet just before the deadline (red team, session 29): the round used to
-    wait the whole deadline (20 s) every round of the lockdown. It now waits fair_wait_s at most; the
-    same pair outside a lockdown waits for an accepted packet as before."""
+    wait the whole deadline (20 s) every round of the lockdown. QmHonest's valid packet, refused, now
+    ends the wait as an accepted one would, and QmVouched gets the fair wait, as any slower neighbour
+    does; a banned peer's packet ends nothing, as before."""
     cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=3", "swarm.fair_wait_s=0.5"])
 
     def seconds(reason: str) -> float:

@@ -340,7 +340,9 @@ def test_tenure_and_a_vouch_last_only_while_the_peer_teaches_steadily(tiny_polic
     kept a vouch: ids taking turns could bank tenure, about 26 per 20 rounds at the defaults, 130
     vouched after 100 rounds, each admitted in every lockdown (red team, session 29). A check with no
     harm found now takes tenure and vouch from each peer that did not teach in half the rounds since
-    the check before; a second check in the same round judges nothing."""
+    the check before; a second check in the same round judges nothing. Presence counts deliveries, not
+    the step's choice: a peer taken in 2 of 5 rounds (4 producers for 2 peer slots) that delivered in
+    all 5 keeps what it has, and earns nothing."""
     from swarm_node.train.guard import TENURE
 
     trainer, guard = _guard(tiny_policy, arith)
@@ -354,11 +356,16 @@ def test_tenure_and_a_vouch_last_only_while_the_peer_teaches_steadily(tiny_polic
     _answers(monkeypatch, mixed_right=50, alone_right=50)
     guard.check(10 * TENURE, last=True)  # again in the same round
     assert guard.vouched.keys() == {"peer-steady"}
+    for i in range(5):  # delivered every round, taken in 2
+        guard.step([], 0, taught_by={"peer-steady"} if i < 2 else set(), present={"peer-steady"})
+    _answers(monkeypatch, mixed_right=50, alone_right=50)
+    guard.check(10 * TENURE + 5)
+    assert guard.vouched.keys() == {"peer-steady"} and guard.tenure["peer-steady"] == 2 * TENURE
     guard.step([], 0, taught_by={"peer-steady"})  # then 1 round of 5: it kept a vouch for 49 rounds before
     for _ in range(4):
         guard.step([], 0, taught_by=set())
     _answers(monkeypatch, mixed_right=50, alone_right=50)
-    guard.check(10 * TENURE + 5)
+    guard.check(10 * TENURE + 10)
     assert guard.vouched == {} and guard.tenure == {}
 
 

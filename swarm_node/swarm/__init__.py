@@ -17,9 +17,9 @@ from __future__ import annotations
 
 class Rejected(Exception):
     """A peer packet that must not be trained on; `reason` is a short metric-friendly code;
-    `could_teach`: it passed every check and a group of it carries a training signal (a lockdown's
-    refusal of a valid packet: its sender is alive)."""
+    `valid`: it passed every check and is refused only by who sent it (a guard's lockdown): its
+    sender is alive."""
 
-    def __init__(self, reason: str, detail: str = "", could_teach: bool = False):
+    def __init__(self, reason: str, detail: str = "", valid: bool = False):
         super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason, self.could_teach = reason, could_teach
+        self.reason, self.valid = reason, valid

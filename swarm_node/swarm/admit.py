@@ -40,9 +40,9 @@ docs/RELIABILITY.md lists them). The checks, in order:
     reward        recomputed from our gold answer; the sender's claim is ignored (a wrong claim
                   is counted as `swarm/rewards_corrected`, not rejected: the field is advisory)
     lockdown      last: in a lockdown after a harm (train/guard.py), a peer not vouched for is
-                  refused, with `could_teach` set if its packet passed every check above and has a
-                  group whose rewards differ; only then is its sender alive and keeps its link
-                  (swarm/exchange.py): any bytes at all kept a slot through a lockdown before
+                  refused, `valid` (it passed every check above): only then is its sender alive and
+                  keeps its link (swarm/exchange.py); any bytes at all kept a slot through a
+                  lockdown before session 29
 
 Admission holds a `Scorer` (the task and our tokenizer, tasks/scoring.py), never the model; the
 exchange, which moves the bytes, holds neither and asks admission about every packet.
@@ -180,9 +180,8 @@ class Admission:
         self.scorer.score(packet.groups)
         ours = [c.reward for g in packet.groups for c in g.completions]
         if self.refuses(item.peer_id, round_index) == "lockdown":  # last: only a valid packet shows it alive
-            teaches = any(len({c.reward for c in g.completions}) > 1 for g in packet.groups)
             raise Rejected("lockdown", f"{item.peer_id}: not vouched for in the guard's lockdown (train/guard.py)",
-                           could_teach=teaches)
+                           valid=True)
         self.rewards_corrected += sum(a != b for a, b in zip(claimed, ours))
         self.retokenized += retokenized
         return packet

@@ -11,8 +11,9 @@
               honest peer out (0 bytes from it in 100 of 100 rounds); a neighbour silent for longer
               is not waited for (free Sybil ids would each buy every round the wait), nor a new one
               after a fetch of it failed or a wait for it ran out (`_fair_wait_for`); in a guard's
-              lockdown the whole wait is at most `fair_wait_s` (a vouched id that offered late held
-              each round to the deadline), and a lockdown that refuses every producer makes one pass
+              lockdown a valid packet it refuses counts towards `min_peers` as an accepted one does
+              (`standing_by`): with the honest peer refused, a vouched id that offered late held
+              each round to the deadline; and a lockdown that refuses every producer makes one pass
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness, and
@@ -79,6 +80,7 @@ class Exchange:
         self.seen_peers = False  # once any peer was seen (or --peers given), every round waits the full deadline
         self.implausible_at: dict[str, int] = {}  # peer -> our last round whose step found all its positives implausible
         self.producing: dict[str, None] = {}  # producers that offered packets of our rounds, newest last (_wanted)
+        self.standing_by: set[str] = set()  # peers whose valid packets a lockdown refused this round (`collect`)
         self.refused_at: dict[str, int] = {}  # peer -> our last round in which a fetch of it failed or was refused,
         #   or a fair wait for it as a new neighbour ran out: no more newcomer waits for it (`_fair_wait_for`)
         transport.measure()  # we credit useful packets (`credit`): the mesh may replace neighbours that deliver none
@@ -105,14 +107,13 @@ class Exchange:
         rejected: Counter[str] = Counter()
         n_received, packet_bytes_in, peers, lagging = 0, 0, 0, 0
         t_end = time.monotonic() + self._deadline()
-        if self._lockdown(gate, round_index):  # what a lockdown admits is waited for fair_wait_s at most: a vouched id
-            t_end = min(t_end, time.monotonic() + s.fair_wait_s)  # offering late held every round to the deadline
+        self.standing_by = set()
         heard: set[str] = set()  # peers that delivered a packet this round (accepted or not)
         t_fair = None  # once min_peers were accepted: until when the other neighbours may still deliver
         fair_for: set[str] = set()  # the neighbours a fair wait was spent on this round
         wanted = self._wanted(oldest, newest)
         for _ in range(MAX_COLLECTS):
-            have = {peer for peer, _ in accepted}
+            have = {peer for peer, _ in accepted} | self.standing_by
             if t_fair is None and 0 < wanted <= len(have):  # min_peers 0: one pass, as asked
                 t_fair = min(t_end, time.monotonic() + s.fair_wait_s)
             refused_all = t_fair is None and self._only_refused(gate, round_index)
@@ -223,10 +224,6 @@ class Exchange:
             self.producing.pop(next(iter(self.producing)))
         return max(min(1, self.cfg.min_peers), self.cfg.min_peers - len(self.producing.keys() - offering))
 
-    def _lockdown(self, gate: Gate, round_index: int) -> bool:
-        """A guard's lockdown refuses a producer we know (train/guard.py)."""
-        return any(gate.refuses(p.peer_id, round_index) == "lockdown" for p in self.transport.peers() if p.produces)
-
     def _only_refused(self, gate: Gate, round_index: int) -> bool:
         """Every producer we know is refused whatever it sends (train/guard.py): waiting for packets
         we would refuse would cost each round the whole deadline."""
@@ -256,8 +253,9 @@ class Exchange:
             log.warning("rejected packet %s from %s: %s", item.digest[:19], item.peer_id, e)
             if e.reason == "sender_mismatch":  # maybe another peer's genuine packet: get it from its sender
                 self.transport.distrust(item.peer_id, item.digest)
-            elif e.reason == "lockdown" and e.could_teach and item.peer_id not in self.implausible_at:
+            elif e.reason == "lockdown" and e.valid and item.peer_id not in self.implausible_at:
                 self.transport.credit(item.peer_id, useful=False, taken=False)  # not misbehaviour: it keeps its link
+                self.standing_by.add(item.peer_id)
         except Exception:  # a bug reached by a peer's bytes must not take the node down
             rejected["internal_error"] += 1
             log.exception("error while checking packet %s from %s; dropped", item.digest[:19], item.peer_id)

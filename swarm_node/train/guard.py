@@ -42,17 +42,20 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
 
 Tenure (every check that found no harm): a peer that taught in at least half the rounds since the
 check before earns a check of tenure; TENURE (4) of them vouch for it, and teaching in a window found
-harmful costs it all of them. Tenure and vouching last only while the peer stays steady: at a check
-with no harm found, a peer that did not teach in half the rounds since the one before loses both
-(until session 29 tenure was never lost to silence and checks need not follow each other, so ids
-taking turns could bank tenure, and one round in 50 kept a vouch: about 26 ids per 20 rounds could
-be vouched for, 130 after 100 rounds, each admitted in every lockdown). Until session 26 only a measured gain vouched, and honest runs rarely
+harmful costs it all of them. Tenure and vouching last only while the peer stays present: at a check
+with no harm found, a peer that delivered a valid packet in fewer than half the rounds since the one
+before loses both (until session 29 tenure was never lost to silence and checks need not follow each
+other, so ids taking turns could bank tenure, and one round in 50 kept a vouch: about 26 ids per 20
+rounds could be vouched for, 130 after 100 rounds, each admitted in every lockdown). Presence counts
+deliveries, not the step's choice: with 4 producers for a real model's 2 peer slots each is taken in
+every other round, and an honest peer judged by what the step took never kept a vouch. Until session 26 only a measured gain vouched, and honest runs rarely
 measure one: at a false alarm (8 of 21 no-attack runs of 100 rounds had at least one) the honest
 neighbour was banned as new or refused in the lockdown, in one run for 81 rounds of 100. Tenure is a
 privilege an attacker can earn too, by teaching steadily with no harm found for 20 rounds; what it
 buys is one more window (the lockdown it is forgiven into) per 20 rounds of steady teaching with no
-harm found, and the ids vouched for at any time, by tenure or by a gain, are ids that taught in half
-the rounds of the last interval, which the step's peer slots bound (about 26 at the defaults).
+harm found, and the ids vouched for at any time, by tenure or by a gain, are ids that delivered in half
+the rounds of the last interval: neighbours (D + 2 = 6 slots at min_peers = 1) and the few knockers a
+starving node fetches from.
 
 The bound, in plain words: at every check after the second since the last verdict, and after the
 last round, the node is at most the bar behind a copy of itself that learned from its own groups
@@ -151,6 +154,7 @@ class Guard:
         # before), since it last taught in a window found harmful: TENURE of them vouch for it
         self.tenure: Counter[str] = Counter()
         self.interval: Counter[str] = Counter()  # untrusted peer -> rounds it taught mixed since the last check
+        self.present: Counter[str] = Counter()  # untrusted peer -> rounds it delivered a valid packet since the last check
         self.interval_rounds = 0  # rounds since the last check
         self.recent: list[tuple[int, int, int]] = []  # (b, c, n) of the last WINDOW checks since the last verdict
         self.harms: list[int] = []  # rounds of the harms found
@@ -158,14 +162,15 @@ class Guard:
         self.bans: dict[str, int] = {}  # peer -> round its latest ban ends (what admission was told)
         self.locked_until, self.lockdown_admits = 0, frozenset[str]()  # the latest lockdown
 
-    def step(self, examples: list[Example], seed: int, taught_by: set[str]) -> float:
+    def step(self, examples: list[Example], seed: int, taught_by: set[str], present: set[str] = frozenset()) -> float:
         """Alone samples its own groups for this round's prompts and trains on them: never on what the
         trained model wrote (poison that narrows what it writes would otherwise slow both copies alike).
-        `taught_by`: untrusted peers with a row of a group with signal in the round's step. Returns the
-        seconds taken."""
+        `taught_by`: untrusted peers with a row of a group with signal in the round's step; `present`: those
+        that delivered a valid packet this round, taken or not (a teacher is present). Returns the seconds taken."""
         start = time.perf_counter()
         self.taught.update(taught_by)
         self.interval.update(taught_by)
+        self.present.update(set(present) | set(taught_by))
         self.rounds += 1
         self.interval_rounds += 1
         self.steps += 1
@@ -222,7 +227,7 @@ class Guard:
             if ready and C - B > bar:
                 # each taught within the last `rounds`
                 self.vouched.update(dict.fromkeys((p for p, n in self.taught.items() if 2 * n >= self.rounds), self.steps))
-        self.interval, self.interval_rounds = Counter(), 0
+        self.interval, self.present, self.interval_rounds = Counter(), Counter(), 0
         if ready and abs(B - C) > bar or fresh_harm:
             for peer in self.taught:  # newest last
                 self.known.pop(peer, None)
@@ -243,7 +248,8 @@ class Guard:
         if not self.interval_rounds:  # a second check in one round (the last round's): nothing to judge
             return
         steady = {p for p, n in self.interval.items() if 2 * n >= self.interval_rounds}
-        self._forget((self.tenure.keys() | self.vouched.keys()) - steady)  # consecutive: none is banked or kept idle
+        present = {p for p, n in self.present.items() if 2 * n >= self.interval_rounds}
+        self._forget((self.tenure.keys() | self.vouched.keys()) - present)  # none is banked or kept while absent
         self.tenure.update(steady)
         self.vouched.update(dict.fromkeys((p for p in steady if self.tenure[p] >= TENURE), self.steps))
 
@@ -289,6 +295,7 @@ class Guard:
                 "taught": dict(self.taught), "rounds": self.rounds, "known": list(self.known),
                 "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": dict(self.vouched),
                 "steps": self.steps, "tenure": dict(self.tenure), "interval": dict(self.interval),
+                "present": dict(self.present),
                 "interval_rounds": self.interval_rounds,
                 "recent": [list(x) for x in self.recent],
                 "harms": list(self.harms), "resets": self.resets, "bans": dict(self.bans),
@@ -318,6 +325,7 @@ class Guard:
         self.vouched = dict(vouched)
         # absent before session 27: tenure is earned from 0
         self.tenure, self.interval = Counter(state.get("tenure", {})), Counter(state.get("interval", {}))
+        self.present = Counter(state.get("present", state.get("interval", {})))  # absent before session 29
         self.interval_rounds = state.get("interval_rounds", 0)
         self.recent, self.harms, self.resets = [tuple(x) for x in state["recent"]], list(state["harms"]), state["resets"]
         self.bans, self.locked_until = dict(state["bans"]), state["locked_until"]
