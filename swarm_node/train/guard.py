@@ -244,7 +244,8 @@ class Guard:
         """No harm found: a check of tenure for each peer that taught in at least half the rounds since the
         last check; TENURE of them vouch for it. A steady honest neighbour is then admitted through a
         false alarm's lockdown (this once); Sybils must each teach that steadily, and the step's peer slots
-        bound how many can (docs/RELIABILITY.md)."""
+        bound how many can (docs/RELIABILITY.md). A peer that delivered in fewer than half the rounds loses
+        its tenure and vouch: neither is banked while absent, and only neighbours (and knockers) deliver."""
         if not self.interval_rounds:  # a second check in one round (the last round's): nothing to judge
             return
         steady = {p for p, n in self.interval.items() if 2 * n >= self.interval_rounds}
