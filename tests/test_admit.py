@@ -239,7 +239,7 @@ def test_a_distrusted_peer_is_refused_until_its_ban_ends_and_a_later_ban_never_s
     assert gate.check(item, ROUND + 1).sender == PEER
 
 
-def test_a_lockdown_refuses_last_so_only_a_valid_packet_that_could_teach_shows_its_sender_alive(setup):
+def test_a_lockdown_refuses_last_so_only_a_valid_packet_shows_its_sender_alive(setup):
     """In a lockdown a refused peer keeps its link only by a packet that passed every check (`valid`):
     garbage and a packet of another run are refused for what they are (any bytes kept a slot, red
     team, session 29). A packet with no groups is refused (`empty`) in or out of a lockdown: accepted,
