@@ -14,6 +14,7 @@
               lockdown a valid packet it refuses counts towards `min_peers` as an accepted one does
               (`standing_by`): with the honest peer refused, a vouched id that offered late held
               each round to the deadline; and a lockdown that refuses every producer makes one pass
+              that fetches what is offered and waits for nothing
     account:  packets, bytes, tokens and rejections by reason, as `swarm/...` metrics
 
 Vertical mode (the paper's default) accepts packets of rounds r - staleness .. r + staleness, and
