@@ -211,8 +211,8 @@ def yielding(inbound: dict[str, Score], round: int, starving: bool, newcomer_off
     peer knocked again: none of its packets in 30 rounds). Fed, one whose packets we took (credited)
     but whose groups carried no training signal for USELESS_ROUNDS (6 Sybils sending valid all-wrong
     groups kept every slot: the honest peer got none in 60 rounds). A neighbour not credited yet (a
-    newcomer still catching up) is otherwise only ever idle. One alive (a valid packet that could teach,
-    refused by a guard's lockdown or with no room in our step) is fed: knocking Sybils took the slot of
+    newcomer still catching up) is otherwise only ever idle. One alive (a valid packet refused by a
+    guard's lockdown, or one that could teach and found no room in our step) is fed: knocking Sybils took the slot of
     the honest peer a lockdown refused (red team, session 29). The one that fed us least goes first."""
     def last_fed(q: str) -> int:
         s = inbound[q]

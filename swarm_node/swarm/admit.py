@@ -138,14 +138,14 @@ class Admission:
         if locked_until > self.locked_until:
             self.locked_until, self.vouched = locked_until, frozenset(vouched)
 
-    def refuses(self, peer: str, round_index: int, lockdown: bool = True) -> str | None:
-        """Why every packet of `peer` is refused in `round_index` (`distrusted`; `lockdown` unless
-        `lockdown=False`), or None (never for a peer of `swarm.trusted_peers`)."""
+    def refuses(self, peer: str, round_index: int) -> str | None:
+        """Why every packet of `peer` is refused in `round_index` (`distrusted`, `lockdown`), or None
+        (never for a peer of `swarm.trusted_peers`)."""
         if peer in self.expect.trusted_peers:
             return None
         if self.distrusted.get(peer, 0) > round_index:
             return "distrusted"
-        return "lockdown" if lockdown and round_index < self.locked_until and peer not in self.vouched else None
+        return "lockdown" if round_index < self.locked_until and peer not in self.vouched else None
 
     def distrusted_at(self, round_index: int) -> int:
         """How many peers are distrusted in `round_index` (forgets the bans that ended)."""
@@ -247,7 +247,7 @@ class Admission:
         expect = self.expect
         if expect.trusted_peers and item.peer_id not in expect.trusted_peers:
             raise Rejected("untrusted_peer", item.peer_id)
-        if self.refuses(item.peer_id, round_index, lockdown=False):  # banned: not even decoded (a lockdown: `check`)
+        if self.refuses(item.peer_id, round_index) == "distrusted":  # banned: not even decoded (a lockdown: `check`)
             raise Rejected("distrusted", f"{item.peer_id}: the guard refuses its packets for now (train/guard.py)")
         try:
             packet = decode(item.data, vocab_size=self.scorer.vocab_size)
