@@ -282,7 +282,7 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
                     if _due(r, cfg.swarm.guard_every, last):
                         verdict = guard.check(r, last=r == last)
                         admission.distrust(verdict.distrusted, verdict.locked_until, verdict.admitted)
-                        row.update(verdict.stats, **{M.TRAIN_POLICY_VERSION: trainer.policy_version})  # a reset is a version
+                        row.update(verdict.stats)
                     row[M.TIME_GUARD] = row.get(M.TIME_GUARD, 0.0) + seconds
                     row[M.GUARD_DISTRUSTED] = admission.distrusted_at(r)
                     row[M.GUARD_LOCKDOWN] = max(0, admission.locked_until - r)

@@ -266,8 +266,13 @@ def test_a_lockdown_refuses_last_so_only_a_valid_packet_shows_its_sender_alive(s
 def test_in_a_lockdown_only_vouched_peers_are_admitted_until_it_ends(setup):
     policy, task, groups, expect = setup
     gate = Admission(expect, policy.scorer(task))
-    gate.distrust({}, locked_until=ROUND + 1, vouched=frozenset({"QmFriend"}))
-    gate.distrust({}, locked_until=ROUND, vouched=frozenset())  # an earlier end changes nothing
+    gate.distrust({}, locked_until=ROUND + 1, vouched=frozenset({"QmGone"}))
+    # a newer verdict's lockdown that ends earlier does not shorten it, and says who is admitted (red team 7: the
+    # old set stayed, so a peer that had lost its vouch was admitted and one vouched since was refused)
+    gate.distrust({}, locked_until=ROUND, vouched=frozenset({"QmFriend"}))
+    assert gate.locked_until == ROUND + 1 and gate.refuses("QmGone", ROUND) == "lockdown"
+    gate.distrust({PEER: ROUND})  # a ban alone leaves the lockdown as it is
+    assert gate.locked_until == ROUND + 1 and gate.vouched == {"QmFriend"}
     assert gate.refuses(PEER, ROUND) == "lockdown" and gate.refuses("QmFriend", ROUND) is None
     with pytest.raises(Rejected) as e:
         gate.check(Received(PEER, ROUND, "sha256:" + "3" * 64, _packet(groups, expect)), ROUND)

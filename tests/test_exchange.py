@@ -354,3 +354,24 @@ def test_min_peers_does_not_wait_for_a_producer_that_left_or_ran_away():
     assert exchange._wanted(3, 7) == 2
     offers["QmC"] = []  # a new producer that offers nothing yet: min_peers holds
     assert exchange._wanted(3, 7) == 2
+
+
+def test_a_rounds_counters_include_what_happened_between_collects():
+    """The mesh evicts while the node generates and trains (`MeshDriver.tick`), between collects; a round's
+    swarm/neighbors_evicted counted only the collect's own seconds and missed most (red team 7: an eclipse
+    trial recorded 1 eviction where 6 had happened)."""
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=0", "swarm.deadline_s=1"])
+    counters = {"neighbors_evicted": 0, "bytes_out": 0}
+
+    class Counting(ScriptedTransport):
+        def stats(self):
+            return dict(counters)
+
+    exchange = Exchange(Counting(), cfg.swarm, "tiny-s", "tok")
+    _, stats = exchange.collect(1, AdmitAll())
+    assert stats["swarm/neighbors_evicted"] == 0
+    counters.update(neighbors_evicted=6, bytes_out=1000)  # between the collects: 6 evicted, a packet served
+    _, stats = exchange.collect(2, AdmitAll())
+    assert stats["swarm/neighbors_evicted"] == 6 and stats["swarm/bytes_out"] == 1000
+    _, stats = exchange.collect(3, AdmitAll())
+    assert stats["swarm/neighbors_evicted"] == 0 and stats["swarm/bytes_out"] == 0

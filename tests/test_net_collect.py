@@ -107,7 +107,12 @@ def test_delivery_memory_is_bounded():
         state.retry_at[("p", f"d{i}")] = 5.0 if i % 2 else 50.0
         state.rest_until[f"p{i}"] = 50.0
         state.failed_at[f"p{i}"] = 10.0 - 30 if i % 3 else 10.0 - 90  # FAILED_LAST_S (60 s) ago: expired
+        state.distrust("p", f"lie{i}")
     state.bound(now=10.0)
+    # full, the distrust memory still records the newest liar (until red team 7 it stopped recording, and every
+    # new lie was fetched again at each call), and forgets the oldest
+    assert len(state.distrusted) == MAX_REMEMBERED and ("p", f"lie{MAX_REMEMBERED + 9}") in state.distrusted
+    assert ("p", "lie9") not in state.distrusted
     assert len(state.delivered) == len(state.taken) == MAX_REMEMBERED and not state.counted
     assert len(state.retry_at) == (MAX_REMEMBERED + 10) // 2 and min(state.retry_at.values()) == 50.0  # expired went
     assert len(state.rest_until) == MAX_REMEMBERED and 0 < len(state.failed_at) < MAX_REMEMBERED

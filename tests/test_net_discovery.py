@@ -220,6 +220,79 @@ def test_candidates_backoff_and_peer_exchange():
     assert "QmY" not in mesh.neighbors and mesh.retry_at["QmY"] > 6.0
 
 
+class _Writer:
+    """The server side of a stream, as PushDiscovery.serve writes to it."""
+
+    def __init__(self):
+        self.buf, self.closed = b"", False
+
+    def write(self, data: bytes) -> None:
+        self.buf += data
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_silent_streams_of_strangers_cannot_shut_a_neighbours_announcements_out():
+    """Red team 7: 64 cheap ids, each within its rate, held one silent announcement stream each, filled
+    the one shared cap, and the honest neighbour's pushes were closed unread. Strangers now share
+    MAX_STRANGER_ANNOUNCES slots, each for STRANGER_TIMEOUT_S; a neighbour is always served."""
+    from types import SimpleNamespace
+
+    from swarm_node.net.discovery import MAX_STRANGER_ANNOUNCES, STRANGER_TIMEOUT_S, PushDiscovery
+    from swarm_node.net.records import encode_frame
+
+    def info(peer):
+        return SimpleNamespace(peer_id=peer, addr="/ip4/127.0.0.1/tcp/1")
+
+    async def main():
+        mesh = Mesh("QmV", "r", 1, PARAMS)
+        assert mesh.receive("QmH", _ann(), time.time())["status"] == "ok"
+        stats = Counter()
+        d = PushDiscovery(None, mesh, SimpleNamespace(read=None), stats)
+        d.limiter.newcomers.tokens = d.limiter.newcomers.burst = 10 ** 6  # within any budget: only the slots count
+        held = [asyncio.create_task(d.serve(info(f"QmS{i}"), asyncio.StreamReader(), _Writer()))
+                for i in range(MAX_STRANGER_ANNOUNCES + 8)]
+        await asyncio.sleep(0.05)
+        assert len(d.serving) == MAX_STRANGER_ANNOUNCES  # the 8 over the cap were closed at once
+
+        async def push(peer):
+            reader, writer = asyncio.StreamReader(), _Writer()
+            reader.feed_data(encode_frame(_ann(seq=time.time_ns())))
+            await d.serve(info(peer), reader, writer)
+            return writer.buf
+
+        assert await push("QmH")  # our neighbour: answered while every stranger slot is held
+        assert not await push("QmNew")  # a stranger: closed unread
+        t0 = time.monotonic()
+        await asyncio.gather(*held)
+        assert time.monotonic() - t0 < STRANGER_TIMEOUT_S + 1 and not d.serving and not d.strangers
+
+    asyncio.run(main())
+
+
+def test_a_neighbour_keeps_its_slot_through_a_failed_push_or_two():
+    """One push lost (a stream slot held by an attacker, a busy loop) dropped a delivering neighbour at
+    once (red team 7); now NEIGHBOR_FAILURES in a row do, and a refusal still does at once."""
+    from swarm_node.net.announce import NEIGHBOR_FAILURES
+
+    mesh = Mesh("QmMe", "r", 1, PARAMS)
+    for peer in ("QmH", "QmR"):
+        assert mesh.receive(peer, _ann(), 1.0)["status"] == "ok"
+    for _ in range(NEIGHBOR_FAILURES - 1):
+        mesh.on_failure("QmH", 2.0)
+    assert "QmH" in mesh.neighbors
+    assert mesh.receive("QmH", _ann(seq=2), 3.0)["status"] == "ok" and not mesh.failures["QmH"]  # heard again
+    for _ in range(NEIGHBOR_FAILURES):
+        mesh.on_failure("QmH", 4.0)
+    assert "QmH" not in mesh.neighbors and mesh.retry_at["QmH"] > 4.0
+    assert mesh.on_reply("QmR", {"status": "refused", "reason": "wrong_run"}, 5.0) == "refused"
+    assert "QmR" not in mesh.neighbors
+
+
 def test_a_node_with_no_neighbor_retries_every_candidate_soon():
     """Backoff spares peers that keep failing; a node cut off from everyone has nothing to spare, so
     while it has no neighbor no candidate waits longer than ISOLATED_RETRY_S."""
@@ -267,7 +340,7 @@ def test_mesh_driver_pushes_keeps_alive_dials_and_reads_members(caplog):
 
     caplog.set_level(logging.WARNING, logger="swarm_node.net.announce")
     asyncio.run(main())
-    assert [m for m in caplog.messages if "older swarm-node" in m] and "QmOld" in mesh.old_version
+    assert [m for m in caplog.messages if "older swarm-node" in m] and "QmOld" in driver.old_version
     assert reads == [100.0] and set(mesh.neighbors) == {"QmNew"} and "QmDead" in mesh.retry_at
     assert ("QmNew", 5) in calls and calls.count(("QmNew", 5)) == 2  # the push, then the keepalive
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from swarm_node.net.fetch import (MAX_SHORT_STREAMS, MIN_RESUME_BYTES, Download, Offers, PacketServer, StreamLimits,
-                                  download_packet)
+from swarm_node.net.fetch import (MAX_SHORT_STREAMS, MIN_RESUME_BYTES, STRANGER_REQUEST_TIMEOUT_S, Download, Offers,
+                                  PacketServer, StreamLimits, download_packet)
 from swarm_node.net.records import decode_frame_body, encode_frame, frame_length
 from swarm_node.wire.codec import digest as packet_digest
 
@@ -247,3 +247,33 @@ def test_raise_fd_limit_lifts_the_soft_limit_to_the_hard_one():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout.split())
     assert soft_after == soft_now and hard_after == hard_now == hard
     assert soft_now == (hard if hard != -1 else 1 << 20)  # -1: RLIM_INFINITY
+
+
+def test_silent_streams_of_strangers_cannot_make_a_favoured_peers_fetch_busy():
+    """Red team 7: ids that open streams and send nothing filled the one shared cap, and every fetch of
+    our packet, by our neighbour too, was answered busy. Strangers now share the cap, a favoured peer
+    (a neighbour) is served outside it, and a stranger's silent stream is closed after
+    STRANGER_REQUEST_TIMEOUT_S."""
+    data = b"packet"
+    d = packet_digest(data)
+
+    async def main():
+        stats: dict[str, int] = {}
+        server = PacketServer("run", {d: data}.get, stats, StreamLimits(max_per_peer=2, max_open=4),
+                              favoured=lambda peer: peer == "QmNeighbour")
+        held = [await _pipe(server, f"QmSybil{i // 2}") for i in range(4)]  # 2 ids x 2 silent streams: the cap
+        await asyncio.sleep(0.05)
+        reader, writer, task = await _pipe(server, "QmStranger")  # another stranger: busy
+        assert await asyncio.wait_for(_header(reader), 2) == {"status": "busy"}
+        await task
+        reader, writer, task = await _pipe(server, "QmNeighbour")  # the neighbour: served
+        writer.write(encode_frame({"run_id": "run", "digest": d}))
+        assert (await asyncio.wait_for(_header(reader), 2))["status"] == "ok" and await reader.readexactly(len(data)) == data
+        writer.close()
+        await task
+        t0 = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*(t for _, _, t in held)), 10)  # the silent streams are given up
+        assert time.monotonic() - t0 < STRANGER_REQUEST_TIMEOUT_S + 1 and server.limits.open == {}
+        assert server.limits.strangers == 0 and stats["serve_errors"] == 4
+
+    asyncio.run(main())

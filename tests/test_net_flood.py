@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 
 import pytest
 
 from swarm_node.config import SwarmConfig
-from swarm_node.harness.dht_attacker import announce_loop
+from swarm_node.harness.dht_attacker import announce_loop, hold_loop
 from swarm_node.net.hivemind import HivemindTransport
 
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
@@ -73,6 +74,80 @@ def test_an_id_flooding_announce_streams_is_graylisted_and_rounds_go_on():
         # H kept; the flooder's first (valid) announcements made it a neighbour, the graylist evicted it
         assert stats["mesh_credited"] == 1 and stats["neighbors_evicted"] <= 1 and h.peer_id in {p.peer_id for p in v.peers()}
         assert counts["answered"] < 100 and r >= 5 and max(waits) < 3.0
+    finally:
+        for n in (v, h, attacker):
+            if n is not None:
+                n.close()
+
+
+HOLD_S, HOLD_ROUNDS = 60.0, 6
+
+
+@pytest.mark.slow
+def test_streams_held_silent_by_a_stranger_cannot_cut_two_neighbours_apart(monkeypatch):
+    """Red team 7, real p2pd on 127.0.0.1: ids that open streams and send nothing filled the shared
+    stream caps, so a neighbour's fetches were answered busy and its pushes closed unread (one lost
+    push dropped it). The caps are scaled down here so that one attacker id fills both (4 fetch
+    streams, 1 announcement stream); the honest neighbour must still fetch every round's packet and
+    stay linked in both directions."""
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net import discovery
+    from swarm_node.net.fetch import StreamLimits
+    from swarm_node.net.records import ANNOUNCE_PROTOCOLS, FETCH_PROTOCOLS
+
+    monkeypatch.setattr(discovery, "MAX_STRANGER_ANNOUNCES", 1)
+    run = "hold"
+    v = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0), "m", "tok")
+    v.measure()
+    v.start()
+    h = attacker = None
+    try:
+        h = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0, peers=v.join_addrs()),
+                              "m", "tok")
+        h.measure()
+        h.start()
+        v._server.limits = StreamLimits(max_per_peer=4, max_open=4)  # the attacker's 4 silent streams fill it
+        attacker = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, peers=v.join_addrs()), "m", "tok",
+                                     discovery="dht-key")
+        attacker.start()
+        counts = Counter()
+
+        def exchange(r):
+            data = {n.peer_id: os.urandom(2_000) for n in (v, h)}
+            for n in (v, h):
+                n.offer(r, r, data[n.peer_id])
+            got_v = v.collect(r, r, min_peers=1, deadline_s=4)
+            got_h = h.collect(r, r, min_peers=1, deadline_s=4)
+            v.credit(h.peer_id)
+            h.credit(v.peer_id)
+            return ([x.data for x in got_v.packets] == [data[h.peer_id]],
+                    [x.data for x in got_h.packets] == [data[v.peer_id]])
+
+        assert exchange(1) == (True, True)  # linked
+        pid = PeerID.from_base58(v.peer_id)
+
+        async def holders():
+            t_end = time.monotonic() + HOLD_S
+            await asyncio.gather(*(hold_loop(attacker._p2p, pid, FETCH_PROTOCOLS, counts, t_end) for _ in range(4)),
+                                 hold_loop(attacker._p2p, pid, ANNOUNCE_PROTOCOLS, counts, t_end))
+
+        async def hold():
+            return asyncio.get_running_loop().create_task(holders())
+        task = attacker._run(hold(), 10)
+        time.sleep(1.0)  # every slot taken
+        results = [exchange(r) for r in range(2, 2 + HOLD_ROUNDS)]
+
+        async def stop():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        attacker._run(stop(), 10)
+        stats = v.stats()
+        print(f"\nheld streams: {dict(counts)}; V served {stats.get('packets_served')} packets, refused "
+              f"{stats.get('serve_refused')}; rounds (V got H's, H got V's): {results}")
+        assert counts["opened"] >= 5 and counts["held"] >= 1  # the attack ran: streams were held open
+        assert results == [(True, True)] * HOLD_ROUNDS  # H fetched V's packet in every round, and V H's
+        assert h.peer_id in {p.peer_id for p in v.peers()} and v.peer_id in {p.peer_id for p in h.peers()}
     finally:
         for n in (v, h, attacker):
             if n is not None:

@@ -109,7 +109,7 @@ def test_two_nodes_discover_transfer_and_faults():
         b.cfg.max_packet_bytes = 16 * 2**20
 
         # a peer that accepts the stream but never answers costs at most fetch_timeout_s
-        async def hang(reader, writer):
+        async def hang(reader, writer, *_):
             await asyncio.sleep(3600)
 
         a._server._respond = hang

@@ -280,7 +280,7 @@ def stall(swarm: HostileTransport, args, t_end: float, summary: Summary) -> int:
     """Offer `--offers` packets for every round and accept every fetch stream without ever answering."""
     from swarm_node.net.fetch import StreamLimits
 
-    async def hang(reader, writer):
+    async def hang(reader, writer, *_):
         swarm.shelf.served["stalled"] += 1
         await asyncio.sleep(3600)
 

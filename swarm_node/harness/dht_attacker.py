@@ -214,6 +214,28 @@ async def announce_loop(p2p: P2P, pid: PeerID, announcement: dict, counts: dict,
             await asyncio.sleep(0.001)
 
 
+async def hold_loop(p2p: P2P, pid: PeerID, protos: tuple[str, ...], counts: dict, t_end: float) -> None:
+    """Red team 7's slot holder: open a stream of `protos` to `pid`, write nothing, wait until the server
+    closes it, open the next; until `t_end` (monotonic). Counts opened, and of those ended, held (the
+    server kept it open a while) and refused (closed or answered within 0.1 s)."""
+    while time.monotonic() < t_end:
+        try:
+            _, reader, writer = await asyncio.wait_for(open_stream(p2p, pid, protos), 2.0)
+        except Exception:
+            await asyncio.sleep(0.05)
+            continue
+        counts["opened"] += 1
+        t0 = time.monotonic()
+        try:
+            await asyncio.wait_for(reader.read(), max(0.0, t_end - t0))
+        except Exception:
+            pass
+        finally:
+            writer.close()
+        counts["held" if time.monotonic() - t0 > 0.1 else "refused"] += 1
+        await asyncio.sleep(0.01)
+
+
 async def flood(args, summary: dict) -> None:
     hosts, pid, addr = [], *split(args.target)
     for _ in range(args.ids):  # on a loaded machine some dials time out: an attacker just uses the ids that got in

@@ -8,13 +8,10 @@ pulls packets by digest over the fetch protocol (IWANT). So a node's discovery c
 about 4 D small frames whatever the size of the swarm, and its collect loop reads the neighbors'
 latest announcements from memory instead of polling the DHT.
 
-    Mesh         the state: neighbors, candidates (initial peers, peer exchange, DHT membership),
-                 retry times, cheap rejection of junk; pure and synchronous (memory transport,
-                 simulation and libp2p transport share it)
-    MeshDriver   (driver.py) the libp2p side's background work: push on offer, keepalive, dial
-                 candidates while short of neighbors, read DHT membership when out of candidates
-    Knockers     (knockers.py) peers answered "full" that offered packets: a starving node fetches
-                 from them without a slot, and dials first those whose packets it took
+    Mesh         the state: neighbors, candidates, retry times, cheap rejection of junk; pure and
+                 synchronous (memory transport, simulation and libp2p transport share it)
+    MeshDriver   (driver.py) the libp2p side's background work: push, keepalive, dial, read members
+    Knockers     (knockers.py) peers answered "full" that offered packets: a starving node fetches from them
 
 Who may be a neighbor: a peer whose announcement passes `Mesh.judge` (same run and packet
 protocol; if it offers anything, at least one offer we would fetch), while we have fewer than
@@ -44,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten)
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
+NEIGHBOR_FAILURES = 3  # announcement exchanges in a row a neighbour may fail before it loses its slot
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
 STARVING_BENCH_S = 10.0  # what a starving node evicts is refused this long only: it may be an honest peer restarting
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
@@ -72,7 +70,6 @@ class Mesh:
         self.fulls: Counter[str] = Counter()  # consecutive "full" answers per candidate
         self.dropped: Counter[str] = Counter()  # offers stripped at receipt, for the next collect's `dropped`
         self.refused: Counter[str] = Counter()  # announcements refused, by reason
-        self.old_version: set[str] = set()  # peers that do not speak discovery v2
         self.round = 0  # our newest round (set_own): the clock of neighbor scores
         self.measuring = False  # packets are credited (an exchange runs): only then is a neighbor ever idle
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
@@ -306,17 +303,20 @@ class Mesh:
             return STATUS_FULL
         elif status != STATUS_REFUSED:
             status = "bad_reply"
+        self.drop(peer)  # it answered: a refusal is not a lost push
         self.on_failure(peer, now)
         return status
 
     def on_failure(self, peer: str, now: float, old_version: bool = False) -> None:
-        """`peer` did not answer (or refused us): drop it, retry later with exponential backoff."""
-        self.drop(peer)
+        """`peer` did not answer: retry later with exponential backoff; a neighbour keeps its slot until
+        NEIGHBOR_FAILURES in a row (or ttl_s of silence): one push lost to a stream slot an attacker held
+        must not cut a delivering link (red team 7). A peer that does not speak v2 is dropped at once."""
         self.anchors.pop(peer, None)
         self.failures[peer] += 1
+        if not old_version and peer in self.neighbors and self.failures[peer] < NEIGHBOR_FAILURES:
+            return
+        self.drop(peer)
         self.retry_at[peer] = now + min(MAX_RETRY_S, RETRY_S * 2 ** (self.failures[peer] - 1))
-        if old_version:
-            self.old_version.add(peer)
 
     # ---- maintenance ----------------------------------------------------------------------------------
     def expire(self, now: float) -> list[str]:

@@ -109,7 +109,7 @@ class Delivery:
     delivered: dict[str, int] = field(default_factory=dict)  # digest -> round: delivered, ours or stale
     taken: dict[tuple[str, int], str] = field(default_factory=OrderedDict)  # (peer, round) -> digest fetched
     counted: set[tuple[str, str, str]] = field(default_factory=set)  # (peer, digest, reason) counted as dropped
-    distrusted: set[tuple[str, str]] = field(default_factory=set)  # (peer, digest) never to fetch again
+    distrusted: dict[tuple[str, str], None] = field(default_factory=dict)  # (peer, digest) never to fetch again
     pending: dict[asyncio.Task, tuple[str, int, str, int]] = field(default_factory=dict)  # fetches a call left
     #   running, (peer, round, digest, size): the next call adopts them (each digest fetched at most once)
     retry_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (peer, digest) -> not asked before
@@ -125,8 +125,8 @@ class Delivery:
 
     def distrust(self, peer: str, digest: str) -> None:
         """Never fetch `digest` from `peer` again; another peer may still deliver it."""
-        if len(self.distrusted) < MAX_REMEMBERED:
-            self.distrusted.add((peer, digest))
+        self.distrusted.pop((peer, digest), None)
+        self.distrusted[(peer, digest)] = None  # newest last: the oldest go first (`bound`), never the new ones
         self.delivered.pop(digest, None)
 
     def forget_before(self, round: int) -> None:
@@ -138,7 +138,7 @@ class Delivery:
         self.retry_at = {key: t for key, t in self.retry_at.items() if t > now}
         self.rest_until = {peer: t for peer, t in self.rest_until.items() if t > now}
         self.failed_at = {peer: t for peer, t in self.failed_at.items() if t > now - FAILED_LAST_S}
-        for memory in (self.delivered, self.taken, self.retry_at, self.rest_until, self.failed_at):
+        for memory in (self.delivered, self.taken, self.retry_at, self.rest_until, self.failed_at, self.distrusted):
             while len(memory) > MAX_REMEMBERED:
                 del memory[next(iter(memory))]
         if len(self.counted) > MAX_REMEMBERED:

@@ -40,7 +40,8 @@ logger = logging.getLogger(__name__)
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
 ANNOUNCE_TIMEOUT_S = 5.0  # one announcement exchange (dial + frame + reply) at most
 MEMBER_TARGET = 256  # live membership records wanted in all (MEMBER_BUCKETS x half a bucket), whatever N
-MAX_CONCURRENT_ANNOUNCES = 64  # announcement streams served at once (one per peer); more are closed
+MAX_STRANGER_ANNOUNCES = 32  # announcement streams of peers we do not favour served at once; more are closed unread
+STRANGER_TIMEOUT_S = 2.0  # ... each within this (its frame comes first: a stream held silent must not keep a slot)
 MAX_VERDICTS = 8192  # signature verdicts remembered (the newest), so a replayed record costs no RSA operation
 # RSA verifications of new records: at most VERIFY_RATE per second in all (burst VERIFY_BURST) and
 # OWNER_VERIFY_BURST per owner key, refilled at OWNER_VERIFY_RATE. An honest owner writes one record
@@ -274,6 +275,7 @@ class PushDiscovery:
         self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds)
         self.driver = MeshDriver(mesh, self.contact, members.read)
         self.serving: set[str] = set()  # peers whose announcement we are answering now
+        self.strangers: set[str] = set()  # ... of them, the peers we do not favour
         self.addrs: list[str] = []
         self.member_ttl_s = MAX_MEMBER_TTL_S
 
@@ -342,28 +344,41 @@ class PushDiscovery:
             raise
 
     async def serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer one announcement; one stream per peer at a time, MAX_CONCURRENT_ANNOUNCES in all, and
-        within the peer's rate (`scores.PeerLimiter`): any other is closed before anything is read."""
+        """Answer one announcement; one stream per peer at a time, within the peer's rate (`scores.PeerLimiter`).
+        Peers we favour (`favoured`) are always served; others share MAX_STRANGER_ANNOUNCES slots and the
+        newcomer budget, and get STRANGER_TIMEOUT_S: 64 cheap ids holding silent streams filled one shared
+        cap and shut our neighbours' pushes out (red team 7). Any stream refused is closed before anything is read."""
         peer = str(info.peer_id)
         if not self.limiter.allow(peer, "announce"):  # counted by the limiter (over_rate)
             writer.close()
             return
-        if peer in self.serving or len(self.serving) >= MAX_CONCURRENT_ANNOUNCES or (
-                peer not in self.mesh.neighbors and not self.limiter.allow_newcomer()):
+        favoured = self.favoured(peer)
+        if peer in self.serving or not favoured and (
+                len(self.strangers) >= MAX_STRANGER_ANNOUNCES or not self.limiter.allow_newcomer()):
             writer.close()
             return
         self.serving.add(peer)
+        if not favoured:
+            self.strangers.add(peer)
         refused = self.mesh.refused.total()
         try:
             received, sent = await asyncio.wait_for(serve_announcement(
-                reader, writer, lambda obj: self.mesh.receive(peer, obj, time.time(), str(info.addr))), ANNOUNCE_TIMEOUT_S)
+                reader, writer, lambda obj: self.mesh.receive(peer, obj, time.time(), str(info.addr))),
+                ANNOUNCE_TIMEOUT_S if favoured else STRANGER_TIMEOUT_S)
             self._count(sent, received, "announces_received")
         except Exception as e:
             logger.debug("serving an announcement to %s failed: %r", peer, e)
         finally:
             self.stats["announces_refused"] += self.mesh.refused.total() - refused
             self.serving.discard(peer)
+            self.strangers.discard(peer)
             writer.close()
+
+    def favoured(self, peer: str) -> bool:
+        """Whether `peer` is served outside the strangers' shared slots: a neighbour, an initial peer or an
+        anchor (each one stream at a time: D + 2 neighbours and the peers the user named)."""
+        mesh = self.mesh
+        return peer in mesh.neighbors or peer in mesh.initial or peer in mesh.anchors
 
     def gauges(self) -> dict[str, int]:
         """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately, knockers

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from swarm_node.net.announce import MAX_KNOWN, Mesh
@@ -51,6 +52,7 @@ class MeshDriver:
         self.again: set[str] = set()  # neighbors to push to once their exchange in flight ends
         self.pushed_at: dict[str, float] = {}  # neighbor -> loop time of our last push to it
         self.deferred: set[str] = set()  # neighbors with a push scheduled (MIN_PUSH_INTERVAL_S)
+        self.old_version: OrderedDict[str, None] = OrderedDict()  # peers that do not speak discovery v2 (logged once)
         self.last_member_read, self.member_read_s = -math.inf, self.MEMBER_READ_S
 
     def push(self) -> None:
@@ -93,10 +95,13 @@ class MeshDriver:
             try:
                 reply, addr = await self.contact(peer, addrs, mesh.announcement(to=peer))
             except OldVersion:
-                if peer not in mesh.old_version:
+                if peer not in self.old_version:
                     logger.warning("peer %s does not speak %s: it runs an older swarm-node (discovery v1); "
                                    "nodes of different discovery versions cannot exchange, upgrade it", peer,
                                    OldVersion.protocol)
+                self.old_version[peer] = None
+                while len(self.old_version) > MAX_KNOWN:  # any id may claim an old version: the latest are enough
+                    self.old_version.popitem(last=False)
                 mesh.on_failure(peer, self.clock(), old_version=True)
             except Exception as e:
                 logger.debug("announcement to %s failed: %r", peer, e)
@@ -105,9 +110,10 @@ class MeshDriver:
                 mesh.on_reply(peer, reply, self.clock(), addr)
         finally:
             self.in_flight.pop(peer, None)
-        if peer in self.again and peer in self.mesh.neighbors:
+        if peer in self.again:  # discarded either way: a neighbour dropped meanwhile must not stay in it
             self.again.discard(peer)
-            self._start(peer, self.mesh.neighbors[peer].addrs)
+            if peer in self.mesh.neighbors:
+                self._start(peer, self.mesh.neighbors[peer].addrs)
 
     async def tick(self) -> None:
         """One maintenance step: expire, keepalive, dial candidates when short, read membership."""

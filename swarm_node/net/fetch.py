@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 # failure reasons besides the server's statuses
 TIMEOUT, OVERSIZE, MISMATCH, ERROR = "timeout", "oversize", "mismatch", "error"
 MAX_STREAMS_PER_PEER = 4  # open fetch streams one peer may hold at once (an honest one uses 1)
-MAX_OPEN_STREAMS = 256  # open fetch streams in all
+MAX_OPEN_STREAMS = 256  # open fetch streams in all of peers we do not favour (`StreamLimits`)
+STRANGER_REQUEST_TIMEOUT_S = 2.0  # their request frame must arrive this soon after the stream opens
 MIN_RESUME_BYTES = 16 << 10  # a stream cut mid-body that brought less than this is "short"
 MAX_SHORT_STREAMS = 3  # consecutive short streams that end a download (a relayed connection other
 #                        streams had nearly used up brings little once; a peer that always cuts early, every time)
@@ -103,24 +104,33 @@ async def download_packet(open_stream: Callable[[], Awaitable[tuple[asyncio.Stre
 
 
 class StreamLimits:
-    """Open inbound streams, at most `max_per_peer` per peer and `max_open` in all. One instance may
-    be shared by the handlers of several protocols, so their streams count together."""
+    """Open inbound streams, at most `max_per_peer` per peer, and `max_open` in all of peers we do not
+    favour (neighbours and initial peers are not counted there: 64 cheap ids holding 4 silent streams
+    each filled one shared cap, and every fetch of an honest packet was answered busy; red team 7).
+    One instance may be shared by the handlers of several protocols, so their streams count together."""
 
     def __init__(self, max_per_peer: int = MAX_STREAMS_PER_PEER, max_open: int = MAX_OPEN_STREAMS):
         self.max_per_peer, self.max_open = max_per_peer, max_open
         self.open: Counter = Counter()  # peer -> open streams
+        self.strangers = 0  # open streams of peers we do not favour
 
-    def admit(self, peer: object) -> bool:
+    def admit(self, peer: object, favoured: bool = False) -> bool:
         """Count a new stream of `peer`, or say False (over a limit): then answer busy and close it."""
-        if self.open[peer] >= self.max_per_peer or self.open.total() >= self.max_open:
+        if self.open[peer] >= self.max_per_peer or not favoured and self.strangers >= self.max_open:
             return False
         self.open[peer] += 1
+        self.strangers += not favoured
         return True
 
-    def release(self, peer: object) -> None:
+    def release(self, peer: object, favoured: bool = False) -> None:
         self.open[peer] -= 1
+        self.strangers -= not favoured
         if self.open[peer] <= 0:
             del self.open[peer]
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    return await reader.readexactly(frame_length(await reader.readexactly(4)))
 
 
 def refuse_stream(writer: asyncio.StreamWriter, frame: bytes) -> None:
@@ -134,12 +144,15 @@ def refuse_stream(writer: asyncio.StreamWriter, frame: bytes) -> None:
 
 class PacketServer:
     """Server side: answers one request per stream from ``lookup(digest) -> bytes | None``; streams
-    beyond `limits` (per peer, in all) are answered busy at once; a stream over its peer's rate
-    (`rates`, scores.PeerLimiter) is closed before anything is read."""
+    beyond `limits` (per peer, in all of those we do not favour) are answered busy at once; a stream
+    over its peer's rate (`rates`, scores.PeerLimiter) is closed before anything is read.
+    `favoured(peer)`: served outside the strangers' cap, and given REQUEST_TIMEOUT_S for its request
+    (others STRANGER_REQUEST_TIMEOUT_S: an honest fetcher writes it as the stream opens)."""
 
     def __init__(self, run_id: str, lookup: Callable[[str], bytes | None], stats: dict[str, int],
-                 limits: StreamLimits | None = None, rates: PeerLimiter | None = None):
-        self.run_id, self.lookup, self.stats, self.rates = run_id, lookup, stats, rates
+                 limits: StreamLimits | None = None, rates: PeerLimiter | None = None,
+                 favoured: Callable[[str], bool] = lambda peer: False):
+        self.run_id, self.lookup, self.stats, self.rates, self.favoured = run_id, lookup, stats, rates, favoured
         self.limits = limits if limits is not None else StreamLimits()
         self.uploads = 0
 
@@ -147,26 +160,27 @@ class PacketServer:
         if self.rates is not None and not self.rates.allow(str(peer), "fetch"):  # counted by the limiter
             writer.close()
             return
-        if not self.limits.admit(peer):
+        favoured = self.favoured(str(peer))
+        if not self.limits.admit(peer, favoured):
             self.stats["serve_refused"] = self.stats.get("serve_refused", 0) + 1
             return refuse_stream(writer, encode_frame({"status": STATUS_BUSY}))
         try:
-            await asyncio.wait_for(self._respond(reader, writer), SERVE_TIMEOUT_S)
+            await asyncio.wait_for(self._respond(reader, writer, REQUEST_TIMEOUT_S if favoured else
+                                                 STRANGER_REQUEST_TIMEOUT_S), SERVE_TIMEOUT_S)
         except Exception as e:
             self.stats["serve_errors"] = self.stats.get("serve_errors", 0) + 1
             logger.debug("serving %s failed: %r", peer, e)
         finally:
             writer.close()
-            self.limits.release(peer)
+            self.limits.release(peer, favoured)
 
-    async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout_s: float) -> None:
         async def reply(status: str, **extra) -> None:
             writer.write(encode_frame({"status": status, **extra}))
             await writer.drain()
 
         try:
-            n = frame_length(await asyncio.wait_for(reader.readexactly(4), REQUEST_TIMEOUT_S))
-            request = decode_frame_body(await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S))
+            request = decode_frame_body(await asyncio.wait_for(_read_frame(reader), timeout_s))
         except FrameError:
             return await reply(STATUS_BAD_REQUEST)
         digest, run_id, offset = request.get("digest"), request.get("run_id"), request.get("offset", 0)

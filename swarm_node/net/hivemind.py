@@ -115,8 +115,7 @@ class HivemindTransport:
         self._limiter = PeerLimiter()  # per-peer stream rates and graylist (net/scores.py)
         # v2: our best outbound neighbours, kept beside a persistent identity and dialled first at the next start
         self._anchors_path = Path(cfg.identity + ".anchors") if getattr(cfg, "identity", None) else None
-        self._loop: LoopThread | None = None
-        self._p2p: P2P | None = None
+        self._loop, self._p2p = None, None  # LoopThread, P2P once started
         self._dht: DHTNode | None = None
         self._directory: PeerDirectory | None = None  # v1
         self._push: PushDiscovery | None = None  # v2
@@ -164,7 +163,8 @@ class HivemindTransport:
         self._p2pd_pid = p2pd_pid(self._p2p)
         if str(self._p2p.peer_id) != self._peer_id:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
-        self._server = PacketServer(self.cfg.run_id, self._offers.get, self._stats, rates=self._limiter)
+        self._server = PacketServer(self.cfg.run_id, self._offers.get, self._stats, rates=self._limiter,
+                                    favoured=lambda peer: self._push is not None and self._push.favoured(peer))
         for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
             await self._p2p.add_binary_stream_handler(
                 proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))

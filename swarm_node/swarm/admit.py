@@ -130,13 +130,13 @@ class Admission:
         self.locked_until, self.vouched = 0, frozenset()  # before that round only `vouched` peers are admitted
 
     def distrust(self, until: dict[str, int], locked_until: int = 0, vouched: frozenset[str] = frozenset()) -> None:
-        """Admit no packet of the peers of `until` before their rounds, and, if `locked_until` is
-        later than a lockdown in force, none of a peer outside `vouched` before it. A ban that
-        ends later is never shortened."""
+        """Admit no packet of the peers of `until` before their rounds, and, for a new lockdown
+        (`locked_until` > 0), none of a peer outside `vouched` before it: the newest verdict says
+        who is admitted. A ban or a lockdown that ends later is never shortened."""
         for peer, end in until.items():
             self.distrusted[peer] = max(end, self.distrusted.get(peer, 0))
-        if locked_until > self.locked_until:
-            self.locked_until, self.vouched = locked_until, frozenset(vouched)
+        if locked_until:
+            self.locked_until, self.vouched = max(locked_until, self.locked_until), frozenset(vouched)
 
     def refuses(self, peer: str, round_index: int) -> str | None:
         """Why every packet of `peer` is refused in `round_index` (`distrusted`, `lockdown`), or None

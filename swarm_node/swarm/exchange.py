@@ -82,6 +82,9 @@ class Exchange:
         self.implausible_at: dict[str, int] = {}  # peer -> our last round whose step found all its positives implausible
         self.producing: dict[str, None] = {}  # producers that offered packets of our rounds, newest last (_wanted)
         self.standing_by: set[str] = set()  # peers whose valid packets a lockdown refused this round (`collect`)
+        # the transport's counters at the end of the last collect: a round's figures count from there, not from
+        # this collect's start (the mesh evicts, and peers fetch from us, while we generate and train)
+        self.counted: dict | None = None
         self.refused_at: dict[str, int] = {}  # peer -> our last round in which a fetch of it failed or was refused,
         #   or a fair wait for it as a new neighbour ran out: no more newcomer waits for it (`_fair_wait_for`)
         transport.measure()  # we credit useful packets (`credit`): the mesh may replace neighbours that deliver none
@@ -101,7 +104,7 @@ class Exchange:
         """Peers' packets for this round that `gate` admitted, as (peer id, packet), and the round's
         swarm metrics (the gate's among them)."""
         s, start = self.cfg, time.perf_counter()
-        before = self.transport.stats()
+        before = self.transport.stats() if self.counted is None else self.counted
         oldest, newest = (round_index, round_index) if s.mode == "horizontal" else (
             round_index - s.staleness, round_index + s.staleness)
         accepted: list[tuple[str, Packet]] = []
@@ -146,7 +149,7 @@ class Exchange:
             if not got.packets and (t_fair is None or time.monotonic() < slice_end - 0.01):
                 break  # the transport expects nothing more in time
         self._note_refusals(fair_for - heard, round_index)
-        after = self.transport.stats()
+        after = self.counted = self.transport.stats()
         groups_in = [g for _, p in accepted for g in p.groups]
         stats = {M.PEERS: peers, M.PACKETS_RECEIVED: n_received, M.PACKETS_ACCEPTED: len(accepted),
                  M.PACKETS_LAGGING: lagging,

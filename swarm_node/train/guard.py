@@ -19,19 +19,20 @@ and the bar max(guard_margin * N, 2 sqrt(B + C)) (two standard deviations of B -
 equally good). A verdict needs at least 2 checks (the gap of two equally good models swings:
 -0.14 to +0.13 within one honest run of 100 rounds), except after the last round:
 
-    B - C > bar   harm: mixed <- alone (weights and optimizer state). The untrusted peers that
-                  taught mixed (a group with signal) since the last verdict and had not taught
-                  before it are distrusted (no packet admitted, nobody waits for them) for
-                  guard_ban_rounds, doubled per offence in the last 200 rounds: new ids are
-                  free, so a ban is cheap for them and costs an established honest peer
-                  nothing. And a lockdown: for
-                  guard_ban_rounds, doubled per harm in the last 200 rounds (at most 8x), only
-                  vouched peers teach (64 Sybil ids would otherwise take turns, each new batch
-                  un-teaching the node until the next verdict); a vouched peer that taught in
-                  the bad window is forgiven this once (not banned, admitted in the lockdown)
-                  but loses its vouching and tenure and counts an offence, so the next bad
-                  window it teaches in bans it unless it earned vouching again; one that
-                  taught in none of the last VOUCH_SILENCE (50) rounds loses its vouching too
+    B - C > bar   harm: mixed <- alone (weights and optimizer state). Each untrusted peer that
+                  taught mixed (a group with signal) since the last verdict counts an offence
+                  (forgotten 200 rounds after its latest). Those that had not taught before it,
+                  or have an offence already, are distrusted (no packet admitted, unread, nobody
+                  waits for them) for guard_ban_rounds, doubled per offence: new ids are free,
+                  so a ban is cheap for them. And a lockdown: for guard_ban_rounds, doubled per
+                  harm in the last 200 rounds (at most 8x; one in force is never shortened),
+                  only vouched peers teach (64 Sybil ids would otherwise take turns, each new
+                  batch un-teaching the node until the next verdict); a vouched peer that taught
+                  in the bad window is forgiven this once (not banned, admitted in the lockdown)
+                  but loses its vouching and tenure; for 200 rounds after that it is spared at
+                  a harm: refused in the lockdown, never banned, so its valid packets keep its
+                  link (a ban let one id with tenure cut an honest neighbour off: red team 7);
+                  one that taught in none of the last VOUCH_SILENCE (50) rounds loses its vouching
     C - B > bar   help: the peers that taught in at least half the rounds since the last verdict
                   are vouched for. The reference stays alone: until session 24 it became a copy
                   of mixed here, and a gap that drifts by +-5 points made that a channel for harm
@@ -108,7 +109,8 @@ SMALL_WINDOW = 150  # problems per window below which the guard warns that it on
 MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
 LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
 VOUCH_SILENCE = 50  # a vouched peer that taught in none of our last 50 rounds is no longer admitted in a lockdown
-MAX_KNOWN = 4096  # peers remembered as having taught before a verdict (a forgotten one is new again at a harm)
+MAX_KNOWN = 4096  # peers remembered as having taught before a verdict (a forgotten one is new again at a harm),
+#                  and new peers remembered as teaching since it
 TENURE = 4  # checks with no harm found, each after teaching in at least half the rounds since the one before, vouch
 
 
@@ -145,7 +147,8 @@ class Guard:
         self.rounds = 0  # rounds since the last verdict
         self.known: dict[str, None] = {}  # peers that taught before the last verdict, the latest MAX_KNOWN, oldest first
         self.offences: Counter[str] = Counter()  # bans of each peer, forgotten LOCKDOWN_MEMORY rounds after its latest
-        self.offended_at: dict[str, int] = {}  # peer -> round of its latest ban
+        self.offended_at: dict[str, int] = {}  # peer -> round of its latest offence
+        self.forgiven_at: dict[str, int] = {}  # peer -> round of the harm it was forgiven at (the last LOCKDOWN_MEMORY)
         self.steps = 0  # rounds stepped
         # peers that taught through a measured gain, or for TENURE checks with no harm found, and were in no harmful
         # window since -> the latest step they taught in (silent for VOUCH_SILENCE steps: no longer vouched for)
@@ -169,6 +172,10 @@ class Guard:
         that delivered a valid packet this round, taken or not (a teacher is present). Returns the seconds taken."""
         start = time.perf_counter()
         self.taught.update(taught_by)
+        if len(self.taught) > MAX_KNOWN:  # free ids teaching once each between verdicts: the oldest new ones go
+            fresh = [p for p in self.taught if p not in self.vouched and p not in self.known]  # never the blamable
+            for peer in fresh[:len(self.taught) - MAX_KNOWN]:
+                del self.taught[peer]
         self.interval.update(taught_by)
         self.present.update(set(present) | set(taught_by))
         self.rounds += 1
@@ -190,7 +197,8 @@ class Guard:
         return time.perf_counter() - start
 
     def _sync_alone(self) -> None:
-        """The sampler to the reference's weights (in place now): a version no weights had before."""
+        """The sampler to the reference's weights (in place now, or just copied into the trained ones): a
+        version no weights had before."""
         self.alone_version -= 1
         self.sampler.sync(self.policy, self.alone_version)
 
@@ -257,24 +265,35 @@ class Guard:
     def _harm(self, round_index: int, verdict: Verdict) -> None:
         """Back to alone; distrust the new teachers; a lockdown for all but the vouched."""
         self._reset_to_alone()
-        self.trainer.policy_version += 1  # new weights: the sampler syncs, packets say so
+        # new weights: the sampler syncs to a version no weights had before. Not the published policy version
+        # (optimizer steps, SPEC section 1): a jump in it told every peer that a harm was found (red team 7)
+        self._sync_alone()
         taught = set(self.taught)  # new ids, and ids banned before that taught again: each ban doubles
         # offences older than LOCKDOWN_MEMORY are forgotten, as harms are: else an honest peer banned once (it was new
         # in a bad window) was banned again at every later false alarm, up to 10,000 rounds (red team, session 24)
         self.offended_at = {p: r for p, r in self.offended_at.items() if round_index - r < LOCKDOWN_MEMORY}
         self.offences = Counter({p: n for p, n in self.offences.items() if p in self.offended_at})
         forgiven = taught & self.vouched.keys()  # this once: not banned, admitted in the lockdown; the offence counts
-        banned = {p for p in taught - forgiven if p not in self.known or self.offences[p]}
-        for peer in sorted(forgiven | banned):
+        # forgiven at a harm of the last LOCKDOWN_MEMORY rounds, not vouched again since: refused in the lockdown but
+        # never banned (a ban is refused unread, so the peer lost its link: one id with tenure got an honest neighbour
+        # forgiven beside it, poisoned on in the lockdown, and the next harm cut the neighbour off; red team 7)
+        spared = {p for p in taught - forgiven if round_index - self.forgiven_at.get(p, -LOCKDOWN_MEMORY) < LOCKDOWN_MEMORY}
+        banned = {p for p in taught - forgiven - spared if p not in self.known or self.offences[p]}
+        for peer in sorted(taught):  # known ids too: one never vouched for is banned at its second bad window
             self.offences[peer] += 1
             self.offended_at[peer] = round_index
         for peer in sorted(banned):
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
+        self.forgiven_at = {p: r for p, r in self.forgiven_at.items() if round_index - r < LOCKDOWN_MEMORY}
+        self.forgiven_at.update(dict.fromkeys(forgiven, round_index))
         self._forget(taught)  # their vouch and tenure are earned again from 0 (the silent ones went at their step)
         self.resets += 1
         self.harms = [r for r in self.harms if round_index - r < LOCKDOWN_MEMORY] + [round_index]
         doublings = min(len(self.harms) - 1, MAX_LOCKDOWN_DOUBLINGS)
-        verdict.locked_until, verdict.admitted = round_index + self.ban_rounds * 2 ** doublings, frozenset(self.vouched.keys() | forgiven)
+        # a lockdown in force is never shortened (harms forgotten can make the new one end sooner); who is admitted is
+        # decided anew (red team 7: admission kept the old set, the guard's state said the new one)
+        verdict.locked_until = max(round_index + self.ban_rounds * 2 ** doublings, self.locked_until)
+        verdict.admitted = frozenset(self.vouched.keys() | forgiven)
         self.bans = {p: end for p, end in self.bans.items() if end > round_index} | verdict.distrusted
         self.locked_until, self.lockdown_admits = verdict.locked_until, verdict.admitted
 
@@ -295,6 +314,7 @@ class Guard:
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
                 "taught": dict(self.taught), "rounds": self.rounds, "known": list(self.known),
                 "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": dict(self.vouched),
+                "forgiven_at": dict(self.forgiven_at),
                 "steps": self.steps, "tenure": dict(self.tenure), "interval": dict(self.interval),
                 "present": dict(self.present),
                 "interval_rounds": self.interval_rounds,
@@ -320,6 +340,7 @@ class Guard:
         self.taught, self.rounds = Counter(state["taught"]), state["rounds"]
         self.known, self.offences = dict.fromkeys(state["known"]), Counter(state["offences"])
         self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
+        self.forgiven_at = dict(state.get("forgiven_at", {}))  # absent before session 30
         self.steps, vouched = state.get("steps", 0), state["vouched"]
         if not isinstance(vouched, dict):  # before session 26: a list, and the steps apart (before session 25: none)
             vouched = {p: state.get("taught_step", {}).get(p, 0) for p in vouched}
