@@ -27,21 +27,30 @@ async def flood(p2p, target: str, announcement: dict, counts: dict) -> None:
                                          max_streams=MAX_STREAMS) for _ in range(LOOPS)))
 
 
+def _victim_honest_attacker(run: str) -> list[HivemindTransport]:
+    """V; H, which joins through V (measured: accepted packets are credited, as the exchange does); and an
+    attacker id connected to V that is no mesh peer (discovery dht-key). Started, in that order."""
+    nodes = []
+    try:
+        for peers, kind in (([], None), (None, None), (None, "dht-key")):
+            cfg = SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0,
+                              peers=nodes[0].join_addrs() if peers is None else peers)
+            nodes.append(HivemindTransport(cfg, "m", "tok", discovery=kind))
+            if kind is None:
+                nodes[-1].measure()
+            nodes[-1].start()
+    except BaseException:
+        for n in nodes:
+            n.close()
+        raise
+    return nodes
+
+
 @pytest.mark.slow
 def test_an_id_flooding_announce_streams_is_graylisted_and_rounds_go_on():
     run = "flood"
-    v = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0), "m", "tok")
-    v.measure()  # as the exchange does: accepted packets are credited
-    v.start()
-    h = attacker = None
+    v, h, attacker = _victim_honest_attacker(run)
     try:
-        h = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0, peers=v.join_addrs()),
-                              "m", "tok")
-        h.measure()
-        h.start()
-        attacker = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, peers=v.join_addrs()), "m", "tok",
-                                     discovery="dht-key")
-        attacker.start()
         announcement = {"run_id": run, "seq": 1, "degree": 0, "model_id": "m", "tokenizer": "tok",
                         "protocol": v.protocol, "round": 1, "policy_version": 1, "offers": [], "addrs": [], "peers": []}
         counts = {"sent": 0, "answered": 0, "errors": 0}
@@ -76,8 +85,7 @@ def test_an_id_flooding_announce_streams_is_graylisted_and_rounds_go_on():
         assert counts["answered"] < 100 and r >= 5 and max(waits) < 3.0
     finally:
         for n in (v, h, attacker):
-            if n is not None:
-                n.close()
+            n.close()
 
 
 HOLD_S, HOLD_ROUNDS = 60.0, 6
@@ -97,20 +105,9 @@ def test_streams_held_silent_by_a_stranger_cannot_cut_two_neighbours_apart(monke
     from swarm_node.net.records import ANNOUNCE_PROTOCOLS, FETCH_PROTOCOLS
 
     monkeypatch.setattr(discovery, "MAX_STRANGER_ANNOUNCES", 1)
-    run = "hold"
-    v = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0), "m", "tok")
-    v.measure()
-    v.start()
-    h = attacker = None
+    v, h, attacker = _victim_honest_attacker("hold")
     try:
-        h = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, fetch_timeout_s=3.0, peers=v.join_addrs()),
-                              "m", "tok")
-        h.measure()
-        h.start()
         v._server.limits = StreamLimits(max_per_peer=4, max_open=4)  # the attacker's 4 silent streams fill it
-        attacker = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL, peers=v.join_addrs()), "m", "tok",
-                                     discovery="dht-key")
-        attacker.start()
         counts = Counter()
 
         def exchange(r):
@@ -150,5 +147,4 @@ def test_streams_held_silent_by_a_stranger_cannot_cut_two_neighbours_apart(monke
         assert h.peer_id in {p.peer_id for p in v.peers()} and v.peer_id in {p.peer_id for p in h.peers()}
     finally:
         for n in (v, h, attacker):
-            if n is not None:
-                n.close()
+            n.close()
