@@ -178,8 +178,7 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     for r in (300, 305):
         _answers(monkeypatch, mixed_right=41, alone_right=50)
         verdict = guard.check(r)
-    assert verdict.stats["guard/resets"] == 5 and verdict.distrusted == {}
-    assert guard.offences == {"peer-a": 1}  # charged afresh: a second bad window within 200 rounds bans it
+    assert verdict.stats["guard/resets"] == 5 and verdict.distrusted == {} and guard.offences == {}
 
 
 def test_small_harms_add_up_over_checks_and_a_measured_gain_vouches_but_leaves_the_reference_alone(
@@ -319,8 +318,8 @@ def test_steady_teaching_through_checks_with_no_harm_vouches_and_a_harmful_windo
     assert guard.offences["peer-steady"] == 1  # forgiven once: in the next harmful window it is refused
     guard.step([], 0, taught_by={"peer-steady"})
     _answers(monkeypatch, mixed_right=20, alone_right=50)
-    verdict = guard.check(5 * TENURE + 10)  # the second offence: not admitted in the lockdown, not banned (spared)
-    assert verdict.distrusted == {} and "peer-steady" not in verdict.admitted and guard.offences["peer-steady"] == 2
+    verdict = guard.check(5 * TENURE + 10)  # the second bad window: not admitted in the lockdown, not banned (spared)
+    assert verdict.distrusted == {} and "peer-steady" not in verdict.admitted and guard.offences["peer-steady"] == 1
     # a vouch that lapsed with silence takes the tenure with it: one steady interval back does not vouch again
     guard.tenure["peer-back"], guard.vouched["peer-back"] = TENURE, guard.steps
     for _ in range(VOUCH_SILENCE):
@@ -371,14 +370,14 @@ def test_tenure_and_a_vouch_last_only_while_the_peer_teaches_steadily(tiny_polic
     assert guard.vouched == {} and guard.tenure == {}
 
 
-def test_a_peer_forgiven_once_is_never_cut_off_and_a_known_one_is_banned_at_its_second_bad_window(tiny_policy, arith,
-                                                                                                 monkeypatch):
+def test_a_peer_forgiven_once_is_never_cut_off_and_a_reset_is_not_published(tiny_policy, arith, monkeypatch):
     """Red team 7: one id with tenure (peer-a) got itself and the honest neighbour (peer-h) forgiven at a harm, poisoned
     on in the lockdown, and the next harm banned peer-h: a ban is refused unread, so peer-h lost its link, and
     delivering Sybils took its slot. A peer forgiven within LOCKDOWN_MEMORY rounds is now refused in the next
-    lockdown, never banned (its valid packets keep its link). A known peer that was never vouched for (peer-k) used
-    to be neither banned nor charged, however many bad windows it taught in: now its second bans it. And a later
-    harm's lockdown that would end sooner does not shorten the one in force."""
+    lockdown, never banned (its valid packets keep its link), and charged no offence for it. A known peer is
+    refused in lockdowns, never banned (charging it banned an honest neighbour that two false alarms found
+    unvouched: red team 8). A reset does not move the published policy version, and a later harm's lockdown
+    that would end sooner does not shorten the one in force."""
     from swarm_node.train.guard import LOCKDOWN_MEMORY, TENURE
 
     trainer, guard = _guard(tiny_policy, arith)
@@ -395,29 +394,26 @@ def test_a_peer_forgiven_once_is_never_cut_off_and_a_known_one_is_banned_at_its_
     guard.step([], 0, taught_by={"peer-a", "peer-h", "peer-k"})
     _answers(monkeypatch, mixed_right=20, alone_right=50)
     version = trainer.policy_version
-    verdict = guard.check(r)  # harm 1: both forgiven and admitted; peer-k charged, not banned
+    verdict = guard.check(r)  # harm 1: both forgiven and admitted; peer-k refused in the lockdown
     assert verdict.stats["guard/resets"] == 1 and trainer.policy_version == version  # a reset is not an optimizer step:
     # the version our packets carry must not tell peers that a harm was found (red team 7)
-    assert verdict.distrusted == {} and verdict.admitted == {"peer-a", "peer-h"} and guard.offences["peer-k"] == 1
+    assert verdict.distrusted == {} and verdict.admitted == {"peer-a", "peer-h"}
     guard.step([], 0, taught_by={"peer-a", "peer-h", "peer-k", "peer-new"})  # peer-a poisons on in the lockdown
     _answers(monkeypatch, mixed_right=20, alone_right=50)
     verdict = guard.check(r + 5)  # harm 2
-    assert verdict.distrusted.keys() == {"peer-k", "peer-new"}  # peer-h and peer-a: refused, never cut off
+    assert verdict.distrusted.keys() == {"peer-new"}  # peer-h, peer-a and peer-k: refused, never cut off
     assert verdict.admitted == set() and verdict.locked_until == r + 5 + 2 * guard.ban_rounds
+    assert guard.offences == {"peer-a": 1, "peer-h": 1, "peer-new": 1}
     guard.locked_until = r + 500  # a lockdown in force that ends later than the next harm's would
     guard.step([], 0, taught_by={"peer-h"})
     _answers(monkeypatch, mixed_right=20, alone_right=50)
     assert guard.check(r + 10).locked_until == r + 500
-    guard.step([], 0, taught_by={"peer-h"})  # LOCKDOWN_MEMORY after it was forgiven, peer-h is spared no longer
+    guard.step([], 0, taught_by={"peer-h"})  # LOCKDOWN_MEMORY later its standing and offence are both forgotten: known
     _answers(monkeypatch, mixed_right=20, alone_right=50)
-    guard.check(r + LOCKDOWN_MEMORY)
-    assert guard.forgiven_at == {} and guard.offences["peer-h"] == 4
-    guard.step([], 0, taught_by={"peer-h"})
-    _answers(monkeypatch, mixed_right=20, alone_right=50)
-    assert "peer-h" in guard.check(r + LOCKDOWN_MEMORY + 5).distrusted
+    assert guard.check(r + LOCKDOWN_MEMORY).distrusted == {} and guard.forgiven_at == {}
     restored = _guard(tiny_policy, arith)[1]
     restored.load_state_dict(guard.state_dict())
-    assert restored.forgiven_at == guard.forgiven_at
+    assert restored.forgiven_at == guard.forgiven_at and restored.offences == guard.offences
 
 
 def test_the_peers_known_before_a_verdict_are_the_latest_max_known(tiny_policy, arith, monkeypatch):

@@ -16,9 +16,13 @@ from swarm_node.net.records import decode_frame_body, encode_frame, frame_length
 from swarm_node.wire.codec import digest as packet_digest
 
 
-async def _pipe(server: PacketServer, peer: object = None):
-    """A client (reader, writer) connected to ``server`` over a unix socketpair, as `peer`."""
+async def _pipe(server: PacketServer, peer: object = None, buffer: int | None = None):
+    """A client (reader, writer) connected to ``server`` over a unix socketpair, as `peer` (`buffer`: the
+    sockets' send and receive buffers, bytes)."""
     a, b = socket.socketpair()
+    for sock in (a, b) if buffer else ():
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
     server_side = await asyncio.open_connection(sock=a)
     task = asyncio.ensure_future(server.handle(*server_side, peer))
     reader, writer = await asyncio.open_connection(sock=b)
@@ -275,5 +279,42 @@ def test_silent_streams_of_strangers_cannot_make_a_favoured_peers_fetch_busy():
         await asyncio.wait_for(asyncio.gather(*(t for _, _, t in held)), 10)  # the silent streams are given up
         assert time.monotonic() - t0 < STRANGER_REQUEST_TIMEOUT_S + 1 and server.limits.open == {}
         assert server.limits.strangers == 0 and stats["serve_errors"] == 4
+
+    asyncio.run(main())
+
+
+def test_requests_a_stranger_never_reads_cannot_take_a_favoured_peers_upload():
+    """Red team 8: 2 ids x 4 streams that ask for our packet and never read its answer held all
+    MAX_CONCURRENT_UPLOADS slots for SERVE_TIMEOUT_S (120 s), and our neighbour's fetch was answered
+    busy. A favoured peer's uploads are not counted there, and a stranger must read each chunk within
+    STRANGER_CHUNK_S."""
+    from swarm_node.net import fetch as fetch_module
+    from swarm_node.net.records import MAX_CONCURRENT_UPLOADS
+
+    data = os.urandom(4 << 20)
+    d = packet_digest(data)
+
+    async def main():
+        server = PacketServer("run", {d: data}.get, {}, favoured=lambda peer: peer == "QmNeighbour")
+        held = []
+        for i in range(MAX_CONCURRENT_UPLOADS):
+            held.append(await _pipe(server, f"QmSybil{i // 4}", buffer=4096))
+            held[-1][1].write(encode_frame({"run_id": "run", "digest": d}))
+        await asyncio.sleep(0.5)
+        assert server.uploads == MAX_CONCURRENT_UPLOADS  # every stranger's slot is held by a reader that never reads
+        reader, writer, task = await _pipe(server, "QmStranger")
+        writer.write(encode_frame({"run_id": "run", "digest": d}))
+        assert (await asyncio.wait_for(_header(reader), 2))["status"] == "busy"
+        writer.close()
+        await task
+        reader, writer, task = await _pipe(server, "QmNeighbour")
+        writer.write(encode_frame({"run_id": "run", "digest": d}))
+        assert (await asyncio.wait_for(_header(reader), 2))["status"] == "ok"
+        assert await asyncio.wait_for(reader.readexactly(len(data)), 10) == data
+        writer.close()
+        await task
+        t0 = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*(t for _, _, t in held)), fetch_module.STRANGER_CHUNK_S + 5)
+        assert time.monotonic() - t0 < fetch_module.STRANGER_CHUNK_S + 2 and server.uploads == 0
 
     asyncio.run(main())

@@ -32,6 +32,7 @@ TIMEOUT, OVERSIZE, MISMATCH, ERROR = "timeout", "oversize", "mismatch", "error"
 MAX_STREAMS_PER_PEER = 4  # open fetch streams one peer may hold at once (an honest one uses 1)
 MAX_OPEN_STREAMS = 256  # open fetch streams in all of peers we do not favour (`StreamLimits`)
 STRANGER_REQUEST_TIMEOUT_S = 2.0  # their request frame must arrive this soon after the stream opens
+STRANGER_CHUNK_S = 10.0  # ... and each 1 MiB chunk of our answer must be read within this (100 KiB/s at least)
 MIN_RESUME_BYTES = 16 << 10  # a stream cut mid-body that brought less than this is "short"
 MAX_SHORT_STREAMS = 3  # consecutive short streams that end a download (a relayed connection other
 #                        streams had nearly used up brings little once; a peer that always cuts early, every time)
@@ -146,8 +147,9 @@ class PacketServer:
     """Server side: answers one request per stream from ``lookup(digest) -> bytes | None``; streams
     beyond `limits` (per peer, in all of those we do not favour) are answered busy at once; a stream
     over its peer's rate (`rates`, scores.PeerLimiter) is closed before anything is read.
-    `favoured(peer)`: served outside the strangers' cap, and given REQUEST_TIMEOUT_S for its request
-    (others STRANGER_REQUEST_TIMEOUT_S: an honest fetcher writes it as the stream opens)."""
+    `favoured(peer)` (our neighbours, configured peers, anchors): served outside the strangers' caps on
+    streams and uploads, with REQUEST_TIMEOUT_S for its request (an honest fetcher writes it as the
+    stream opens) and no deadline per chunk but SERVE_TIMEOUT_S for the whole answer (`_respond`)."""
 
     def __init__(self, run_id: str, lookup: Callable[[str], bytes | None], stats: dict[str, int],
                  limits: StreamLimits | None = None, rates: PeerLimiter | None = None,
@@ -165,8 +167,7 @@ class PacketServer:
             self.stats["serve_refused"] = self.stats.get("serve_refused", 0) + 1
             return refuse_stream(writer, encode_frame({"status": STATUS_BUSY}))
         try:
-            await asyncio.wait_for(self._respond(reader, writer, REQUEST_TIMEOUT_S if favoured else
-                                                 STRANGER_REQUEST_TIMEOUT_S), SERVE_TIMEOUT_S)
+            await asyncio.wait_for(self._respond(reader, writer, favoured), SERVE_TIMEOUT_S)
         except Exception as e:
             self.stats["serve_errors"] = self.stats.get("serve_errors", 0) + 1
             logger.debug("serving %s failed: %r", peer, e)
@@ -174,13 +175,17 @@ class PacketServer:
             writer.close()
             self.limits.release(peer, favoured)
 
-    async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout_s: float) -> None:
+    async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, favoured: bool) -> None:
+        """One request of a peer we favour or not: a stranger has STRANGER_REQUEST_TIMEOUT_S to ask, takes one
+        of MAX_CONCURRENT_UPLOADS, and must read each chunk within STRANGER_CHUNK_S (red team 8: 8 requests
+        never read held every upload slot for 120 s, and our neighbour's fetch was answered busy)."""
         async def reply(status: str, **extra) -> None:
             writer.write(encode_frame({"status": status, **extra}))
             await writer.drain()
 
         try:
-            request = decode_frame_body(await asyncio.wait_for(_read_frame(reader), timeout_s))
+            request = decode_frame_body(await asyncio.wait_for(
+                _read_frame(reader), REQUEST_TIMEOUT_S if favoured else STRANGER_REQUEST_TIMEOUT_S))
         except FrameError:
             return await reply(STATUS_BAD_REQUEST)
         digest, run_id, offset = request.get("digest"), request.get("run_id"), request.get("offset", 0)
@@ -192,19 +197,19 @@ class PacketServer:
             return await reply(STATUS_NOT_FOUND)
         if offset > len(data):
             return await reply(STATUS_BAD_REQUEST)
-        if self.uploads >= MAX_CONCURRENT_UPLOADS:
+        if not favoured and self.uploads >= MAX_CONCURRENT_UPLOADS:
             return await reply(STATUS_BUSY)
-        self.uploads += 1
+        self.uploads += not favoured  # a favoured peer's are bounded by its streams (StreamLimits.max_per_peer)
         try:
             view = memoryview(data)
             await reply(STATUS_OK, size=len(view), offset=offset)
             for off in range(offset, len(view), CHUNK_BYTES):
                 writer.write(view[off:off + CHUNK_BYTES])
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), None if favoured else STRANGER_CHUNK_S)
             self.stats["bytes_out"] = self.stats.get("bytes_out", 0) + len(view) - offset
             self.stats["packets_served"] = self.stats.get("packets_served", 0) + 1  # to its end
         finally:
-            self.uploads -= 1
+            self.uploads -= not favoured
 
 
 class Offers:

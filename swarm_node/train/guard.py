@@ -19,12 +19,12 @@ and the bar max(guard_margin * N, 2 sqrt(B + C)) (two standard deviations of B -
 equally good). A verdict needs at least 2 checks (the gap of two equally good models swings:
 -0.14 to +0.13 within one honest run of 100 rounds), except after the last round:
 
-    B - C > bar   harm: mixed <- alone (weights and optimizer state). Each untrusted peer that
-                  taught mixed (a group with signal) since the last verdict counts an offence
-                  (forgotten 200 rounds after its latest). Those that had not taught before it,
-                  or have an offence already, are distrusted (no packet admitted, unread, nobody
-                  waits for them) for guard_ban_rounds, doubled per offence: new ids are free,
-                  so a ban is cheap for them. And a lockdown: for guard_ban_rounds, doubled per
+    B - C > bar   harm: mixed <- alone (weights and optimizer state). The untrusted peers that
+                  taught mixed (a group with signal) since the last verdict and had not taught
+                  before it, or were banned in the last 200 rounds, are distrusted (no packet
+                  admitted, unread, nobody waits for them) for guard_ban_rounds, doubled per
+                  offence (bans and forgivenesses, each forgotten 200 rounds after the latest):
+                  new ids are free, so a ban is cheap for them. And a lockdown: for guard_ban_rounds, doubled per
                   harm in the last 200 rounds (at most 8x; one in force is never shortened),
                   only vouched peers teach (64 Sybil ids would otherwise take turns, each new
                   batch un-teaching the node until the next verdict); a vouched peer that taught
@@ -278,8 +278,10 @@ class Guard:
         # never banned (a ban is refused unread, so the peer lost its link: one id with tenure got an honest neighbour
         # forgiven beside it, poisoned on in the lockdown, and the next harm cut the neighbour off; red team 7)
         spared = {p for p in taught - forgiven if round_index - self.forgiven_at.get(p, -LOCKDOWN_MEMORY) < LOCKDOWN_MEMORY}
+        # banned: new ids, and ids banned in the last LOCKDOWN_MEMORY rounds; a known id is refused in the lockdown only
+        # (charging it too banned an honest neighbour that two false alarms found unvouched: red team 8)
         banned = {p for p in taught - forgiven - spared if p not in self.known or self.offences[p]}
-        for peer in sorted(taught):  # known ids too: one never vouched for is banned at its second bad window
+        for peer in sorted(forgiven | banned):
             self.offences[peer] += 1
             self.offended_at[peer] = round_index
         for peer in sorted(banned):
