@@ -301,7 +301,7 @@ def test_requests_a_stranger_never_reads_cannot_take_a_favoured_peers_upload():
             held.append(await _pipe(server, f"QmSybil{i // 4}", buffer=4096))
             held[-1][1].write(encode_frame({"run_id": "run", "digest": d}))
         await asyncio.sleep(0.5)
-        assert server.uploads == MAX_CONCURRENT_UPLOADS  # every stranger's slot is held by a reader that never reads
+        assert server.stranger_uploads == MAX_CONCURRENT_UPLOADS  # every stranger's slot is held by a reader that never reads
         reader, writer, task = await _pipe(server, "QmStranger")
         writer.write(encode_frame({"run_id": "run", "digest": d}))
         assert (await asyncio.wait_for(_header(reader), 2))["status"] == "busy"
@@ -315,6 +315,6 @@ def test_requests_a_stranger_never_reads_cannot_take_a_favoured_peers_upload():
         await task
         t0 = time.monotonic()
         await asyncio.wait_for(asyncio.gather(*(t for _, _, t in held)), fetch_module.STRANGER_CHUNK_S + 5)
-        assert time.monotonic() - t0 < fetch_module.STRANGER_CHUNK_S + 2 and server.uploads == 0
+        assert time.monotonic() - t0 < fetch_module.STRANGER_CHUNK_S + 2 and server.stranger_uploads == 0
 
     asyncio.run(main())

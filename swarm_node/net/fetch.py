@@ -156,7 +156,7 @@ class PacketServer:
                  favoured: Callable[[str], bool] = lambda peer: False):
         self.run_id, self.lookup, self.stats, self.rates, self.favoured = run_id, lookup, stats, rates, favoured
         self.limits = limits if limits is not None else StreamLimits()
-        self.uploads = 0
+        self.stranger_uploads = 0  # answers being written to peers we do not favour
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object = None) -> None:
         if self.rates is not None and not self.rates.allow(str(peer), "fetch"):  # counted by the limiter
@@ -197,9 +197,9 @@ class PacketServer:
             return await reply(STATUS_NOT_FOUND)
         if offset > len(data):
             return await reply(STATUS_BAD_REQUEST)
-        if not favoured and self.uploads >= MAX_CONCURRENT_UPLOADS:
+        if not favoured and self.stranger_uploads >= MAX_CONCURRENT_UPLOADS:
             return await reply(STATUS_BUSY)
-        self.uploads += not favoured  # a favoured peer's are bounded by its streams (StreamLimits.max_per_peer)
+        self.stranger_uploads += not favoured  # a favoured peer's are bounded by its streams (StreamLimits.max_per_peer)
         try:
             view = memoryview(data)
             await reply(STATUS_OK, size=len(view), offset=offset)
@@ -209,7 +209,7 @@ class PacketServer:
             self.stats["bytes_out"] = self.stats.get("bytes_out", 0) + len(view) - offset
             self.stats["packets_served"] = self.stats.get("packets_served", 0) + 1  # to its end
         finally:
-            self.uploads -= not favoured
+            self.stranger_uploads -= not favoured
 
 
 class Offers:
