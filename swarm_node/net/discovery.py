@@ -28,6 +28,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from swarm_node.net import PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh
 from swarm_node.net.driver import MeshDriver, OldVersion
+from swarm_node.net.fetch import StreamLimits
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
 from swarm_node.net.records import (ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES,
@@ -274,8 +275,8 @@ class PushDiscovery:
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
         self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds)
         self.driver = MeshDriver(mesh, self.contact, members.read)
-        self.serving: set[str] = set()  # peers whose announcement we are answering now
-        self.strangers: set[str] = set()  # ... of them, the peers we do not favour
+        # announcements being answered: one per peer, MAX_STRANGER_ANNOUNCES of peers we do not favour
+        self.serving = StreamLimits(max_per_peer=1, max_open=MAX_STRANGER_ANNOUNCES)
         self.addrs: list[str] = []
         self.member_ttl_s = MAX_MEMBER_TTL_S
 
@@ -353,13 +354,13 @@ class PushDiscovery:
             writer.close()
             return
         favoured = self.favoured(peer)
-        if peer in self.serving or not favoured and (
-                len(self.strangers) >= MAX_STRANGER_ANNOUNCES or not self.limiter.allow_newcomer()):
+        if not self.serving.admit(peer, favoured):
             writer.close()
             return
-        self.serving.add(peer)
-        if not favoured:
-            self.strangers.add(peer)
+        if not favoured and not self.limiter.allow_newcomer():
+            self.serving.release(peer, favoured)
+            writer.close()
+            return
         refused = self.mesh.refused.total()
         try:
             received, sent = await asyncio.wait_for(serve_announcement(
@@ -370,8 +371,7 @@ class PushDiscovery:
             logger.debug("serving an announcement to %s failed: %r", peer, e)
         finally:
             self.stats["announces_refused"] += self.mesh.refused.total() - refused
-            self.serving.discard(peer)
-            self.strangers.discard(peer)
+            self.serving.release(peer, favoured)
             writer.close()
 
     def favoured(self, peer: str) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from swarm_node.net.records import (CHUNK_BYTES, MAX_CONCURRENT_UPLOADS, REQUEST_TIMEOUT_S, SERVE_TIMEOUT_S,
                                     STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, STATUS_OK, FrameError,
-                                    decode_frame_body, encode_frame, frame_length, is_digest)
+                                    encode_frame, is_digest, read_frame)
 from swarm_node.net.scores import PeerLimiter
 from swarm_node.wire import codec
 
@@ -57,7 +57,7 @@ class Download:
         progress for the next call."""
         writer.write(encode_frame({"run_id": self.run_id, "digest": self.digest, "offset": self.received}))
         await writer.drain()
-        header = decode_frame_body(await reader.readexactly(frame_length(await reader.readexactly(4))))
+        header = await read_frame(reader)
         status = header.get("status")
         if status != STATUS_OK:
             return None, status if status in (STATUS_NOT_FOUND, STATUS_BUSY, STATUS_BAD_REQUEST) else ERROR
@@ -108,7 +108,8 @@ class StreamLimits:
     """Open inbound streams, at most `max_per_peer` per peer, and `max_open` in all of peers we do not
     favour (neighbours and initial peers are not counted there: 64 cheap ids holding 4 silent streams
     each filled one shared cap, and every fetch of an honest packet was answered busy; red team 7).
-    One instance may be shared by the handlers of several protocols, so their streams count together."""
+    One instance may be shared by the handlers of several protocols, so their streams count together
+    (announcements have their own: `PushDiscovery.serving`, one per peer)."""
 
     def __init__(self, max_per_peer: int = MAX_STREAMS_PER_PEER, max_open: int = MAX_OPEN_STREAMS):
         self.max_per_peer, self.max_open = max_per_peer, max_open
@@ -128,10 +129,6 @@ class StreamLimits:
         self.strangers -= not favoured
         if self.open[peer] <= 0:
             del self.open[peer]
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    return await reader.readexactly(frame_length(await reader.readexactly(4)))
 
 
 def refuse_stream(writer: asyncio.StreamWriter, frame: bytes) -> None:
@@ -184,8 +181,8 @@ class PacketServer:
             await writer.drain()
 
         try:
-            request = decode_frame_body(await asyncio.wait_for(
-                _read_frame(reader), REQUEST_TIMEOUT_S if favoured else STRANGER_REQUEST_TIMEOUT_S))
+            request = await asyncio.wait_for(read_frame(reader), REQUEST_TIMEOUT_S if favoured else
+                                             STRANGER_REQUEST_TIMEOUT_S)
         except FrameError:
             return await reply(STATUS_BAD_REQUEST)
         digest, run_id, offset = request.get("digest"), request.get("run_id"), request.get("offset", 0)

@@ -283,6 +283,11 @@ def decode_frame_body(body: bytes) -> dict:
     return obj
 
 
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES) -> dict:
+    """One frame from `reader`, decoded; FrameError if malformed, IncompleteReadError if the stream ends first."""
+    return decode_frame_body(await reader.readexactly(frame_length(await reader.readexactly(4), max_bytes)))
+
+
 # ---- one announcement exchange over a stream -------------------------------------------------------------
 async def send_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, obj: dict) -> tuple[dict, int, int]:
     """Client side: write our announcement frame, read the reply frame. (reply, bytes out, bytes in);

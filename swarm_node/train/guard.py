@@ -24,10 +24,11 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
                   before it, or were banned in the last 200 rounds, are distrusted (no packet
                   admitted, unread, nobody waits for them) for guard_ban_rounds, doubled per
                   offence (bans and forgivenesses, each forgotten 200 rounds after the latest):
-                  new ids are free, so a ban is cheap for them. And a lockdown: for guard_ban_rounds, doubled per
-                  harm in the last 200 rounds (at most 8x; one in force is never shortened),
-                  only vouched peers teach (64 Sybil ids would otherwise take turns, each new
-                  batch un-teaching the node until the next verdict); a vouched peer that taught
+                  new ids are free, so a ban is cheap for them. And a lockdown: for
+                  guard_ban_rounds, doubled per harm in the last 200 rounds (at most 8x; one in
+                  force is never shortened), only vouched peers teach (64 Sybil ids would
+                  otherwise take turns, each new batch un-teaching the node until the next
+                  verdict); a vouched peer that taught
                   in the bad window is forgiven this once (not banned, admitted in the lockdown)
                   but loses its vouching and tenure; for 200 rounds after that it is spared at
                   a harm: refused in the lockdown, never banned, so its valid packets keep its
