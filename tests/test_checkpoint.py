@@ -83,3 +83,20 @@ def test_torch_save_on_a_full_disk_is_named_as_such(tmp_path, tiny_policy, monke
     monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 30, 0, 5 << 30))
     with pytest.raises(CheckpointError, match="cannot write checkpoint under .*: \\[enforce fail"):  # not a full disk
         _save(tmp_path, tiny_policy, 2)
+
+
+class _Payload:
+    """Unpickling this calls os.system: what a checkpoint copied from someone else could hold."""
+
+    def __reduce__(self):
+        return (os.system, (f"touch {_Payload.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_when_unpickled_is_refused_unrun(tmp_path, tiny_policy):
+    path = _save(tmp_path, tiny_policy, 1)
+    _Payload.marker = tmp_path / "ran"
+    torch.save({"torch": torch.get_rng_state(), "python": _Payload()}, path / "rng.pt")
+    opt = torch.optim.AdamW(tiny_policy.trainable_parameters(), lr=1e-3)
+    with pytest.raises(CheckpointError, match="unreadable"):
+        load_checkpoint(path, opt)
+    assert not _Payload.marker.exists()

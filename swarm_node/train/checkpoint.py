@@ -139,7 +139,7 @@ def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> dict:
     try:
         state = json.loads((path / "state.json").read_text())
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-        rng = torch.load(path / "rng.pt", weights_only=False)
+        rng = torch.load(path / "rng.pt", weights_only=True)  # never unpickle code: checkpoints get copied around
     except Exception as e:  # OSError, pickle/zip errors, EOFError, bad JSON: all mean a damaged checkpoint
         raise CheckpointError(f"checkpoint {path} is unreadable: {e}") from None
     torch.set_rng_state(rng["torch"])
