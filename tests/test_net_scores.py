@@ -675,6 +675,27 @@ def test_announcements_from_non_neighbours_share_one_budget():
     assert [limiter.allow_newcomer() for _ in range(3)] == [True, True, False]
 
 
+def test_one_subnets_ids_take_only_their_share_of_the_newcomer_budget():
+    """About 10 ids, each within its own rate, kept the shared newcomer budget empty and every honest
+    stranger's announcement was closed unread (red team 7). The ids of one public /24 (or one relay's)
+    now take at most a quarter of it; LAN and loopback ids share the whole of it, as before."""
+    from swarm_node.net.scores import PeerLimiter, RateLimits
+
+    now = [0.0]
+    limiter = PeerLimiter(RateLimits(newcomer_rate=8.0, newcomer_burst=16.0), clock=lambda: now[0])
+    sybils = [f"/ip4/1.2.3.{i}/tcp/4001" for i in range(1, 33)]
+    relayed = "/ip4/1.2.3.200/tcp/4001/p2p/QmRelay/p2p-circuit"  # through a relay in the same /24
+    assert sum(limiter.allow_newcomer(a) for a in sybils) == 4  # a quarter of the burst
+    assert not limiter.allow_newcomer(relayed)
+    assert [limiter.allow_newcomer(f"/ip4/5.6.7.{i}/tcp/4001") for i in range(3)] == [True] * 3
+    now[0] += 1.0  # a second later: the subnet has earned 2 more, everyone else 8 together
+    assert sum(limiter.allow_newcomer(a) for a in sybils) == 2
+    assert limiter.allow_newcomer("/ip6/2a00:1450::1/tcp/4001")
+    lan = PeerLimiter(RateLimits(newcomer_rate=8.0, newcomer_burst=16.0), clock=lambda: now[0])
+    assert sum(lan.allow_newcomer(f"/ip4/127.0.0.1/tcp/{4000 + i}") for i in range(20)) == 16
+    assert sum(lan.allow_newcomer(f"/ip4/192.168.1.{i}/tcp/4001") for i in range(5)) == 0  # the whole budget spent
+
+
 def test_a_neighbour_whose_teaching_packet_found_no_room_is_alive_not_credited():
     """Three honest producers for two peer slots: the one left out of a step is alive (Mesh.credit
     taken=False) and not idle, while one that delivers nothing is; being alive earns no credit, no

@@ -357,7 +357,7 @@ class PushDiscovery:
         if not self.serving.admit(peer, favoured):
             writer.close()
             return
-        if not favoured and not self.limiter.allow_newcomer():
+        if not favoured and not self.limiter.allow_newcomer(str(info.addr)):
             self.serving.release(peer, favoured)
             writer.close()
             return

@@ -252,6 +252,8 @@ class RateLimits:
     newcomer_rate: float = 20.0  # announcement streams per second from peers that are not our neighbours, all
     # together (64 ids x 4 loops each stayed within its own rate: 2,910 announcements answered in 30 s)
     newcomer_burst: float = 40.0  # ... and at once
+    newcomer_subnet_share: float = 0.25  # of that budget, what the ids of one public /24 (/32; a relay's) may take:
+    # about 10 ids within their own rates emptied it, shutting every honest stranger out (red team 7)
     fetch_rate: float = 20.0  # fetch streams a peer may open per second (one packet per round, resumes)
     fetch_burst: float = 64.0  # ... and at once
     dht_rate: float = 10.0  # DHT requests (store, find, ping) a peer may send per second (an honest one: a few a minute)
@@ -280,6 +282,7 @@ class PeerLimiter:
         self.gray_until: dict[str, float] = {}
         self.dht_total = TokenBucket(limits.dht_total_rate, limits.dht_total_burst, clock)
         self.newcomers = TokenBucket(limits.newcomer_rate, limits.newcomer_burst, clock)
+        self.newcomer_groups: OrderedDict[str, TokenBucket] = OrderedDict()  # subnet -> its share of the budget
         self.over_rate = self.graylisted_total = 0  # counters: streams closed over the rate, graylistings
 
     def now(self) -> float:
@@ -308,11 +311,23 @@ class PeerLimiter:
         self.misbehaved(peer, now)
         return False
 
-    def allow_newcomer(self) -> bool:
+    def allow_newcomer(self, addr: str | None = None) -> bool:
         """Whether to read an announcement from a peer that is not our neighbour now (a budget shared by all
-        of them: many cheap ids each within its own rate must not add up). Not misbehaviour: it may be honest
-        and is asked to come back (its dial backs off)."""
-        if self.newcomers.take():
+        of them: many cheap ids each within its own rate must not add up), from `addr` (the stream's remote
+        multiaddr): the ids of one public subnet share newcomer_subnet_share of it, so one machine's ids
+        cannot empty it for everyone else (a relayed one counts in its relay's subnet; LAN and loopback
+        ids share the whole budget). Not misbehaviour: it may be honest and is asked to come back (its dial
+        backs off)."""
+        group = subnet_of(addr.split("/p2p-circuit")[0] if addr else None)
+        bucket = None
+        if group is not None:
+            lim = self.limits
+            bucket = self.newcomer_groups.pop(group, None) or TokenBucket(
+                lim.newcomer_rate * lim.newcomer_subnet_share, lim.newcomer_burst * lim.newcomer_subnet_share, self.clock)
+            self.newcomer_groups[group] = bucket
+            while len(self.newcomer_groups) > MAX_LIMITED_PEERS:
+                self.newcomer_groups.popitem(last=False)
+        if (bucket is None or bucket.take()) and self.newcomers.take():
             return True
         self.over_rate += 1
         return False
