@@ -236,6 +236,30 @@ def test_nobody_waits_for_a_distrusted_peer_but_another_producer_is_still_waited
     assert accepted == ["QmSlow"] and refused == 1
 
 
+def test_a_packet_refused_for_the_peer_that_served_it_can_still_come_from_its_sender():
+    """Red team 9: a banned (or, in a private swarm, untrusted) id that re-served an honest peer's packet
+    first was refused before the sender check, the digest stayed delivered, and the genuine copy was
+    never fetched. Every refusal about the serving peer now un-sees the digest for it; a refusal of
+    the bytes themselves does not (any copy is the same bytes)."""
+    cfg = load_config(None, ["swarm.run_id=run", "swarm.min_peers=1", "swarm.deadline_s=0.3"])
+
+    class Refuse(AdmitAll):
+        def __init__(self, reason):
+            self.reason = reason
+
+        def check(self, item, round_index):
+            raise Rejected(self.reason, item.peer_id)
+
+    for reason, distrusted in (("distrusted", True), ("untrusted_peer", True), ("sender_mismatch", True),
+                               ("codec_bad_type", False), ("prompt_mismatch", False)):
+        transport = PacedTransport(["QmA"], set())
+        transport.distrusted = []
+        transport.distrust = lambda peer, digest: transport.distrusted.append((peer, digest))
+        transport.batches = [[Received("QmA", 5, "sha256:h", b"h")]]
+        Exchange(transport, cfg.swarm, "m", "t").collect(5, Refuse(reason))
+        assert transport.distrusted == ([("QmA", "sha256:h")] if distrusted else []), reason
+
+
 def test_a_peer_refused_by_a_lockdown_keeps_its_link_and_a_distrusted_one_does_not():
     """A lockdown's refusal of a packet that passed every check marks its sender alive; a refusal before
     the checks passed (any bytes kept a slot through a lockdown, red team, session 29) does not, nor a

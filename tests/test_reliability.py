@@ -106,7 +106,7 @@ def test_flood_one_packet_per_peer_and_round_ever():
     asyncio.run(main())
 
 
-def test_per_peer_packet_and_byte_budgets_per_call():
+def test_per_peer_packet_and_byte_budgets_per_round():
     many_rounds = [(r, _digest(f"r{r}"), 1000) for r in range(10)]
     big = [(r, _digest(f"big{r}"), 10 * 2**20) for r in range(10)]
 

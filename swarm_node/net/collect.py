@@ -23,7 +23,9 @@ Per-peer limits (a hostile peer gets no more than an honest one):
   timeout at most (16 stalling Sybils: the victim's exchange took up to 5.3 s a round, session 17);
 * one packet per (peer, round), ever: `Delivery.taken` maps (peer, round) to the digest fetched
   for it; another digest offered by that peer for that round is never fetched (`duplicate_round`);
-* within one call at most `max_peer_packets` packets and `max_peer_bytes` declared bytes per peer
+* within one round (one window, over all of its calls: the exchange makes up to 256 a round, and a
+  budget per call let one id that re-announced a newer round every 0.25 s be fetched 11 times and 88 MiB in
+  a 4 s round, red team 9) at most `max_peer_packets` packets and `max_peer_bytes` declared bytes per peer
   (`flood` / `too_many_bytes`); an attempt counts unless the peer refused it (not_found, busy) or
   it failed in transit (timeout, error);
 * offers declaring more than `max_packet_bytes` are never fetched (`oversize`); a peer that serves
@@ -79,7 +81,7 @@ BACKOFF_S = {STATUS_BUSY: 0.5, STATUS_NOT_FOUND: 2.0}  # an offer refused so is 
 REST_S = {STATUS_BUSY: 0.5, ERROR: 2.0, STATUS_NOT_FOUND: 0.0}  # then the peer gets no fetch at all this long;
 #   after a timeout (or a bad request) both are the fetch timeout. A broken fetch (reset, refused dial) held no slot
 FAILED_LAST_S = 60.0  # a peer whose fetch timed out or broke is fetched after the others of its pool this long
-BUDGET_REASONS = ("flood", "too_many_bytes")  # offers deferred by the per-call budget, counted at the end
+BUDGET_REASONS = ("flood", "too_many_bytes")  # offers deferred by the per-round budget, counted at a call's end
 MAX_ROUND_GAP = 64  # a neighbour's announced round farther than this from the wanted window is not believed
 
 
@@ -114,6 +116,9 @@ class Delivery:
     #   running, (peer, round, digest, size): the next call adopts them (each digest fetched at most once)
     retry_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (peer, digest) -> not asked before
     rest_until: dict[str, float] = field(default_factory=dict)  # peer -> no new fetch before (busy, timeout, error)
+    window: tuple[int | None, int | None] | None = None  # the (oldest, newest) the per-peer budget is spent in
+    spent: Counter[str] = field(default_factory=Counter)  # packets per peer fetched in that window by ended calls
+    spent_bytes: Counter[str] = field(default_factory=Counter)  # ... their declared bytes
     failed_at: dict[str, float] = field(default_factory=dict)  # peer -> its latest timed-out or broken fetch, until
     #   it delivers or FAILED_LAST_S passed. Times are the loop's clock (monotonic on every loop these transports
     #   run), kept across calls: a call every 0.25 s (the exchange's fair wait) asked a peer that answered
@@ -138,7 +143,8 @@ class Delivery:
         self.retry_at = {key: t for key, t in self.retry_at.items() if t > now}
         self.rest_until = {peer: t for peer, t in self.rest_until.items() if t > now}
         self.failed_at = {peer: t for peer, t in self.failed_at.items() if t > now - FAILED_LAST_S}
-        for memory in (self.delivered, self.taken, self.retry_at, self.rest_until, self.failed_at, self.distrusted):
+        for memory in (self.delivered, self.taken, self.retry_at, self.rest_until, self.failed_at, self.distrusted,
+                       self.spent, self.spent_bytes):
             while len(memory) > MAX_REMEMBERED:
                 del memory[next(iter(memory))]
         if len(self.counted) > MAX_REMEMBERED:
@@ -176,8 +182,10 @@ class Collector:
         self.peers_seen: set[str] = set()
         self.in_flight: dict[asyncio.Task, tuple[str, int, str, int]] = {}  # fetch -> (peer, round, digest, size)
         self.deferred: dict[tuple[str, str], str] = {}  # (peer, digest) -> budget reason, if unfetched at the end
-        self.used: Counter[str] = Counter()  # packets per peer in this call (in flight or counted)
-        self.used_bytes: Counter[str] = Counter()  # declared bytes per peer in this call
+        if state.window != (oldest, newest):  # a new round: a new budget (a round makes up to 256 calls)
+            state.window, state.spent, state.spent_bytes = (oldest, newest), Counter(), Counter()
+        self.used = Counter(state.spent)  # packets per peer in this round (in flight or counted)
+        self.used_bytes = Counter(state.spent_bytes)  # declared bytes per peer in this round
         self.tries: Counter[tuple[str, str]] = Counter()  # fetches started per (peer, digest) in this call
         self.newest_offer: dict[str, int] = {}  # peer -> the newest round it offers (latest listing)
 
@@ -212,7 +220,10 @@ class Collector:
             # a pending fetch is not cancelled (it would be asked for again): the next call adopts it;
             # it held one of this peer's slots, never the call
             self.state.pending.update(self.in_flight)
+            for peer, _, _, size in self.in_flight.values():  # the call that adopts it counts it
+                self.use(peer, size, -1)
             self.in_flight.clear()
+            self.state.spent, self.state.spent_bytes = +self.used, +self.used_bytes
         return self.finish()
 
     def adopt(self) -> None:
@@ -262,12 +273,11 @@ class Collector:
         if self.oldest is None:
             return
         in_flight = {d for _, _, d, _ in self.in_flight.values()}  # fetched as a lagging newest: on_result decides
-        for info in peers:
-            for r, d, _ in info.offers:
+        for info in peers:  # counted per (peer, digest), never marked delivered: whoever offers a digest as stale
+            for r, d, _ in info.offers:  # (a neighbour that learnt an honest peer's digest) must not block its sender's offer
                 if (r < self.oldest and d not in self.state.delivered and d not in in_flight
                         and not self.lagging(info.peer_id, r)):
-                    self.state.delivered[d] = r
-                    self.result.dropped["stale"] += 1
+                    self.drop(info.peer_id, d, "stale")
 
     def wants(self, peer: str, r: int) -> bool:
         """Whether `peer`'s offer of round `r` is wanted: a round of the window, or its newest one (lagging)."""
@@ -356,9 +366,8 @@ class Collector:
         if data is not None:
             self.state.failed_at.pop(peer, None)
             self.state.taken.setdefault((peer, r), d)
-            if d not in self.state.delivered and not (self.wanted(r) or self.within_lag(r)):  # adopted; its round passed
-                self.state.delivered[d] = r
-                self.result.dropped["stale"] += 1
+            if d not in self.state.delivered and not (self.wanted(r) or self.within_lag(r)):  # adopted; its round passed:
+                self.drop(peer, d, "stale")  # not marked delivered (unchecked, maybe another's copy), never fetched again (taken)
             elif d not in self.state.delivered:
                 self.state.delivered[d] = r
                 self.result.packets.append(Received(peer_id=peer, round=r, digest=d, data=data))

@@ -50,6 +50,9 @@ from swarm_node.wire.codec import Group, Packet, encode
 from swarm_node.wire.contract import by_reference
 
 log = logging.getLogger(__name__)
+# rejections about the peer that served a packet, not its bytes: another peer may serve the same digest as its own
+# (an untrusted or banned id that re-served an honest peer's packet first blocked the genuine copy: red team 9)
+REFUSED_FOR_ITS_SERVER = ("sender_mismatch", "untrusted_peer", "distrusted")
 MAX_COLLECTS = 256  # transport.collect calls per round at most (each brings new packets or ends at the deadline)
 MAX_PRODUCERS = 256  # producers remembered as having offered packets of our rounds (_wanted)
 FAIR_ROUNDS = 2  # fair arrival waits only for neighbours that delivered a packet we took in one of our last 2 rounds
@@ -255,7 +258,7 @@ class Exchange:
         except Rejected as e:
             rejected[e.reason] += 1
             log.warning("rejected packet %s from %s: %s", item.digest[:19], item.peer_id, e)
-            if e.reason == "sender_mismatch":  # maybe another peer's genuine packet: get it from its sender
+            if e.reason in REFUSED_FOR_ITS_SERVER:  # maybe another peer's genuine packet: get it from its sender
                 self.transport.distrust(item.peer_id, item.digest)
             elif e.reason == "lockdown" and e.valid and item.peer_id not in self.implausible_at:
                 self.transport.credit(item.peer_id, useful=False, taken=False)  # not misbehaviour: it keeps its link
