@@ -220,6 +220,30 @@ def test_candidates_backoff_and_peer_exchange():
     assert "QmY" not in mesh.neighbors and mesh.retry_at["QmY"] > 6.0
 
 
+def test_peer_exchange_adds_to_what_a_peer_said_of_itself_and_cannot_flush_those_who_spoke():
+    """Red team 9: one neighbour's peer exchange replaced an honest candidate's address with a dead one
+    (and we passed the dead one on), and 32 announcements of 8 made-up ids each left 0 of 200 honest
+    candidates. What a peer (or its signed record) says of itself now stays first, hearsay only adds,
+    and when the memory is full hearsay goes first."""
+    from swarm_node.net.announce import MAX_KNOWN
+
+    def b58(i):  # base58 has no 0
+        return "".join("123456789A"[int(c)] for c in str(i))
+
+    mesh = Mesh("QmMe", "r", 1, PARAMS, rng=random.Random(1))
+    honest = [f"QmHonest{b58(i)}" for i in range(200)]
+    mesh.learn([(p, [f"/ip4/5.6.7.{i % 250}/tcp/4001"]) for i, p in enumerate(honest)])  # membership records
+    assert mesh.receive("QmH", _ann(), 0.0)["status"] == "ok"
+    lies = [(h, ["/ip4/9.9.9.9/tcp/9"]) for h in honest[:8]]
+    assert mesh.receive("QmLiar", _ann(peers=lies), 1.0)["status"] == "ok"  # a neighbour
+    assert mesh.known["QmHonest1"] == ["/ip4/5.6.7.0/tcp/4001"]  # a dead address never first
+    for n in range(32):
+        fake = [(f"QmFake{b58(n)}x{b58(i)}", ["/ip4/9.9.9.9/tcp/9"]) for i in range(8)]
+        mesh.receive("QmLiar", _ann(peers=fake, seq=2 + n), 2.0 + n)
+    assert len(mesh.known) <= MAX_KNOWN and all(h in mesh.known for h in honest)
+    assert "QmH" in mesh.known and mesh.known["QmH"] == ["/ip4/127.0.0.1/tcp/1"]
+
+
 class _Writer:
     """The server side of a stream, as PushDiscovery.serve writes to it."""
 
@@ -366,6 +390,33 @@ def test_membership_writes_thin_out_with_swarm_size_and_fruitless_reads_back_off
     asyncio.run(main())
     gaps = [b - a for a, b in zip(reads, reads[1:])]
     assert gaps[:4] == [60.0, 120.0, 240.0, 480.0] and max(gaps) == 600.0
+
+
+def test_node_ids_one_peer_claims_beside_ours_do_not_inflate_the_swarm_size_estimate():
+    """Red team 9: DHT requests carry a node id the sender claims; one peer that claimed 20 ids next to
+    ours made the estimate ~1e42, so our membership record was never refreshed. A peer now counts once."""
+    from types import SimpleNamespace
+
+    from hivemind.dht.routing import DHTID, RoutingTable
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net.hivemind_internals import dht_size_estimate
+
+    rng = random.Random(0)
+    me = DHTID.generate()
+
+    def estimate(extra):
+        table = RoutingTable(me, bucket_size=20, depth_modulo=5)
+        for i in range(30):  # honest nodes: one id each
+            table.add_or_update_node(DHTID.generate(), PeerID(bytes([0, 36, 8, 1, 18, 32]) + rng.randbytes(32)))
+        liar = PeerID(bytes([0, 36, 8, 1, 18, 32]) + bytes(32))
+        for k in range(extra):
+            table.add_or_update_node(DHTID(int(me) ^ (k + 1) << 20), liar)
+        return dht_size_estimate(SimpleNamespace(node_id=me, protocol=SimpleNamespace(routing_table=table)))
+
+    honest = estimate(0)
+    assert honest < 100 and estimate(20) < 2 * honest + 2
+    assert write_probability(estimate(20)) == 1.0
 
 
 def test_idle_neighbours_pruned_over_d_are_named_in_the_log(caplog):

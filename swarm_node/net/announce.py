@@ -1,17 +1,11 @@
 """Discovery v2: a bounded-degree mesh of peers that push their offers to each other.
 
-Each node keeps a few *neighbors* (D = ceil(k + 3 sqrt(k)), k = the packets it waits for per
-round) and tells them what it serves, in the spirit of gossipsub's IHAVE: when it offers a packet
-it sends every neighbor one *announcement* {run, seq, degree, protocol, round, offers [round,
-digest, size], its addresses, a few peers it knows}; the neighbor answers with its own, and
-pulls packets by digest over the fetch protocol (IWANT). So a node's discovery cost per round is
-about 4 D small frames whatever the size of the swarm, and its collect loop reads the neighbors'
-latest announcements from memory instead of polling the DHT.
-
-    Mesh         the state: neighbors, candidates, retry times, cheap rejection of junk; pure and
-                 synchronous (memory transport, simulation and libp2p transport share it)
-    MeshDriver   (driver.py) the libp2p side's background work: push, keepalive, dial, read members
-    Knockers     (knockers.py) peers answered "full" that offered packets: a starving node fetches from them
+Each node keeps a few *neighbors* (D = ceil(k + 3 sqrt(k)), k = the packets it waits for per round)
+and, when it offers a packet, sends each one *announcement* {run, seq, degree, protocol, round, offers
+[round, digest, size], its addresses, a few peers it knows} (gossipsub's IHAVE); the neighbor answers
+with its own and pulls packets by digest (IWANT): about 4 D small frames a round whatever the swarm's size.
+Mesh (the state, pure and synchronous, shared by every transport), MeshDriver (driver.py: push, keepalive,
+dial, read members), Knockers (knockers.py: peers answered "full" that offered packets).
 
 Who may be a neighbor: a peer whose announcement passes `Mesh.judge` (same run and packet
 protocol; if it offers anything, at least one offer we would fetch), while we have fewer than
@@ -65,6 +59,7 @@ class Mesh:
         self.initial = dict(initial or {})
         self.anchors = {p: a for p, a in (anchors or {}).items() if p != own_id}  # dialled first, once each
         self.known: OrderedDict[str, list[str]] = OrderedDict({**self.anchors, **self.initial})
+        self.heard: set[str] = set()  # the known that spoke for themselves (announcement, signed record), not hearsay
         self.retry_at: dict[str, float] = {}
         self.failures: Counter[str] = Counter()  # consecutive failures per candidate
         self.fulls: Counter[str] = Counter()  # consecutive "full" answers per candidate
@@ -137,29 +132,34 @@ class Mesh:
         for table in (self.failures, self.fulls, self.retry_at):
             table.pop(peer, None)
         self.knockers.forget(peer)
-        self.learn([(peer, n.addrs)] + ann.peers)
+        self.learn([(peer, n.addrs)])
+        self.learn(ann.peers, hearsay=True)
 
     def drop(self, peer: str) -> None:
         self.neighbors.pop(peer, None)
 
-    def learn(self, peers: list[tuple[str, list[str]]]) -> None:
-        """Remember candidates (peer exchange, membership records, initial peers), newest last. The
-        addresses we were given for an initial peer or an anchor stay first: others can only add to them
-        (peer exchange naming an anchor at a dead address must not make its one first dial fail)."""
+    def learn(self, peers: list[tuple[str, list[str]]], hearsay: bool = False) -> None:
+        """Remember candidates, newest last. Addresses given for an initial peer or an anchor stay first, and
+        so do those a peer (or its signed record) gave for itself against `hearsay` (peer exchange), which only
+        adds to them: one neighbour's peer exchange replaced honest candidates' addresses with dead ones, and
+        32 announcements of 8 made-up ids flushed 200 honest ones; full, hearsay goes first (red team 9)."""
         for peer, addrs in peers:
             if peer == self.own_id:
                 continue
-            pinned = self.initial.get(peer) or self.anchors.get(peer)
+            pinned = self.initial.get(peer) or self.anchors.get(peer) or (hearsay and self.known.get(peer))
             if pinned:
-                addrs = pinned + [a for a in addrs if a not in pinned][:MAX_PX]
+                addrs = (pinned + [a for a in addrs if a not in pinned])[:len(pinned) + (0 if hearsay else MAX_PX)]
             self.known[peer] = list(addrs) or self.known.get(peer, [])
             self.known.move_to_end(peer)
+            if not hearsay:
+                self.heard.add(peer)
         while len(self.known) > MAX_KNOWN:
-            victim = next((p for p in self.known if p not in self.initial and p not in self.neighbors
-                           and p not in self.anchors), None)
+            free = [p for p in self.known if p not in self.initial and p not in self.neighbors and p not in self.anchors]
+            victim = next((p for p in free if p not in self.heard), free[0] if free else None)
             if victim is None:
                 break
             del self.known[victim]
+            self.heard.discard(victim)
             for table in (self.retry_at, self.failures, self.fulls):  # a forgotten candidate leaves no trace
                 table.pop(victim, None)  # (256 Sybil ids dialled in turn grew these without bound)
 
@@ -181,13 +181,15 @@ class Mesh:
             self.drop(peer)
             if peer not in self.initial:
                 self.known.pop(peer, None)
+                self.heard.discard(peer)
             return {"status": STATUS_OK, **self.announcement(to=peer)}
         group = self.group_of(peer, addr)
         if self._room_for(peer, now, group, self.offering(peer, ann.info.offers)):
             self._admit(ann, now, addr=addr, group=group)
             self.neighbors[peer].sent_at = now
             return {"status": STATUS_OK, **self.announcement(to=peer)}
-        self.learn([(peer, ann.addrs)] + ann.peers)  # a candidate: it may take an idle neighbor's slot
+        self.learn([(peer, ann.addrs)])  # a candidate: it may take an idle neighbor's slot
+        self.learn(ann.peers, hearsay=True)
         if self.offering(peer, ann.info.offers):  # a starving node fetches from them (oldest first knock first)
             self.knockers.knocked(peer, ann.info, now, group)
         self.refused["full"] += 1
@@ -294,7 +296,7 @@ class Mesh:
                     status = STATUS_REFUSED
         if status == STATUS_FULL:
             try:
-                self.learn(parse_peer_exchange(obj.get("peers", [])))
+                self.learn(parse_peer_exchange(obj.get("peers", [])), hearsay=True)
             except RecordError:
                 pass
             self.drop(peer)
@@ -487,9 +489,6 @@ class Mesh:
         """A known candidate we may dial now: not us, not a neighbour, not being dialled, retry due, not benched."""
         return peer in self.known and peer != self.own_id and peer not in self.neighbors and peer not in busy \
             and self.retry_at.get(peer, 0.0) <= now and self.benched.get(peer, 0.0) <= now
-
-    def keepalive_due(self, now: float) -> list[str]:
-        return [p for p, n in self.neighbors.items() if n.sent_at < now - self.params.ttl_s / 3]
 
     def infos(self) -> list[PeerInfo]:
         """The neighbors' latest announcements (what the collect loop considers: at most max_degree)."""

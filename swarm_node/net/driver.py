@@ -123,7 +123,7 @@ class MeshDriver:
         if pruned:
             logger.info("%d idle neighbor(s) pruned over D = %d: %s", len(pruned), mesh.params.degree, ", ".join(pruned))
         mesh.evict(now)
-        for peer in mesh.keepalive_due(now):
+        for peer in [p for p, n in mesh.neighbors.items() if n.sent_at < now - mesh.params.ttl_s / 3]:  # keepalive
             self._start(peer, mesh.neighbors[peer].addrs)
         for peer, addrs in mesh.rescue(now, busy=set(self.in_flight)):  # eclipsed: dial out even when full
             self._start(peer, addrs)
