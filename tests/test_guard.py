@@ -172,13 +172,14 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     assert guard.check(30).distrusted == {"peer-d": 40}
     _answers(monkeypatch, mixed_right=41, alone_right=50)  # after the last round: one check of a whole window
     assert guard.check(35, last=True).stats["guard/resets"] == 4
-    # an offence is forgotten 200 rounds after it (as a harm is): peer-a, now known, teaching in a bad window
-    # much later is not banned again (else an honest peer's ban doubled at every false alarm, up to 10,000 rounds)
+    # an offence is forgotten 200 rounds after it (as a harm is): peer-a, absent since, is new again, and its ban
+    # is not doubled (else an honest peer's ban doubled at every false alarm, up to 10,000 rounds)
     guard.step([], 0, taught_by={"peer-a"})
     for r in (300, 305):
         _answers(monkeypatch, mixed_right=41, alone_right=50)
         verdict = guard.check(r)
-    assert verdict.stats["guard/resets"] == 5 and verdict.distrusted == {} and guard.offences == {}
+    assert verdict.stats["guard/resets"] == 5 and verdict.distrusted == {"peer-a": 315} and guard.offences == {
+        "peer-a": 1}
 
 
 def test_small_harms_add_up_over_checks_and_a_measured_gain_vouches_but_leaves_the_reference_alone(
@@ -291,6 +292,10 @@ def test_a_vouch_lapses_when_the_peer_falls_silent(tiny_policy, arith, monkeypat
     verdict = guard.check(15)
     assert verdict.locked_until > 15 and verdict.admitted == {"peer-steady"}  # forgiven once; the silent one lapsed
     assert guard.vouched == {}
+    guard.vouched["peer-untaken"] = guard.steps  # vouched, then delivering every round but never taken by a step
+    for _ in range(2 * VOUCH_SILENCE):  # (which peers a step takes, peers can steer: red team 10)
+        guard.step([], 0, taught_by=set(), present={"peer-untaken"})
+    assert "peer-untaken" in guard.vouched
 
 
 def test_steady_teaching_through_checks_with_no_harm_vouches_and_a_harmful_window_costs_it(tiny_policy, arith,
@@ -408,12 +413,38 @@ def test_a_peer_forgiven_once_is_never_cut_off_and_a_reset_is_not_published(tiny
     guard.step([], 0, taught_by={"peer-h"})
     _answers(monkeypatch, mixed_right=20, alone_right=50)
     assert guard.check(r + 10).locked_until == r + 500
-    guard.step([], 0, taught_by={"peer-h"})  # LOCKDOWN_MEMORY later its standing and offence are both forgotten: known
+    for _ in range(LOCKDOWN_MEMORY - 10):  # LOCKDOWN_MEMORY later its standing and offence are both forgotten: known,
+        guard.step([], 0, taught_by=set(), present={"peer-h"})  # it delivered all along (absent, it would be new)
+    guard.step([], 0, taught_by={"peer-h"})
     _answers(monkeypatch, mixed_right=20, alone_right=50)
     assert guard.check(r + LOCKDOWN_MEMORY).distrusted == {} and guard.forgiven_at == {}
     restored = _guard(tiny_policy, arith)[1]
     restored.load_state_dict(guard.state_dict())
     assert restored.forgiven_at == guard.forgiven_at and restored.offences == guard.offences
+
+
+def test_ids_banned_once_that_come_back_after_their_offence_is_forgotten_are_new_again(tiny_policy, arith,
+                                                                                      monkeypatch):
+    """Red team 10: at a harm every teacher becomes known, and a known id is only ever refused, never banned.
+    Ids banned once, quiet until their offence was forgotten (200 rounds), came back known: 4 harms and no
+    ban in 300 rounds, V locked down for 292 of them. An offender absent for most of the rounds since its
+    offence is new again; one that delivered all along (an honest peer a false alarm caught) stays known."""
+    from swarm_node.train.guard import LOCKDOWN_MEMORY
+
+    trainer, guard = _guard(tiny_policy, arith)
+    guard.step([], 0, taught_by={"sybil-1", "sybil-2", "peer-h"})
+    _answers(monkeypatch, mixed_right=20, alone_right=50)
+    assert guard.check(10).distrusted.keys() == {"sybil-1", "sybil-2", "peer-h"}  # all new at the first harm
+    for _ in range(LOCKDOWN_MEMORY + 5):  # the Sybils quiet, the honest peer delivering
+        guard.step([], 0, taught_by=set(), present={"peer-h"})
+    guard.step([], 0, taught_by={"sybil-1", "sybil-2", "peer-h"})  # all teach in the next bad window
+    _answers(monkeypatch, mixed_right=20, alone_right=50)
+    verdict = guard.check(10 + LOCKDOWN_MEMORY + 6)
+    assert verdict.distrusted.keys() == {"sybil-1", "sybil-2"} and "peer-h" in guard.known
+    assert guard.offences == {"sybil-1": 1, "sybil-2": 1}  # a first ban's length: their old offence is forgotten
+    restored = _guard(tiny_policy, arith)[1]
+    restored.load_state_dict(guard.state_dict())
+    assert restored.presence == guard.presence and restored.offended_at == guard.offended_at
 
 
 def test_the_peers_known_before_a_verdict_are_the_latest_max_known(tiny_policy, arith, monkeypatch):

@@ -87,15 +87,18 @@ def test_buffer_takes_own_groups_and_a_fair_share_of_peer_groups():
     buffer.add([c] * 3, "c")
     buffer.add([b], "b")
     taken = buffer.take(0)
-    assert [x.group for x in taken] == [own, own, a, b, c, a]  # b's only group makes it despite a's flood
-    assert [x.source for x in taken] == [OWN, OWN, "a", "b", "c", "a"]
+    sources = [x.source for x in taken]  # peers in a secret order: one group each, then a second round
+    assert sources[:2] == [OWN, OWN] and sorted(sources[2:5]) == ["a", "b", "c"] and sources[5] in ("a", "c")
+    assert [x.group for x in taken] == [own, own] + [{"a": a, "b": b, "c": c}[p] for p in sources[2:]]
     assert buffer.take() == []  # drained: unused peer groups are not carried over
     buffer.max_peer_groups, buffer.peer_groups_per_own = 100, 100.0
     buffer.add([own], OWN)
     buffer.add([a] * 5, "a")
     buffer.add([b], "b")
     buffer.add([c] * 3, "c")
-    assert [x.group for x in buffer.take(0)][1:] == [a, b, c, a, c, a, c, a, a]
+    sources = [x.source for x in buffer.take(1)][1:]
+    assert sorted(sources[:3]) == ["a", "b", "c"] and sources[3:5] in (["a", "c"], ["c", "a"]) and sources[5:] in (
+        ["a", "c", "a", "a"], ["c", "a", "a", "a"])  # all taken in round 0: a tie, in the secret order
     buffer.max_peer_groups = 0
     buffer.add([own], OWN)
     buffer.add([a], "a")
@@ -123,6 +126,39 @@ def test_peer_influence_is_bounded_relative_to_own_data(n_own, ratio, share, pee
         assert sources[:n_own] == [OWN] * n_own
         assert len(sources) - n_own == expected_peer_groups <= ratio * n_own
         assert max([sources.count(p) for p in peers], default=0) == most_from_one
+
+
+def test_ids_that_choose_their_names_and_when_to_deliver_cannot_keep_a_peer_out_of_the_steps():
+    """Red team 10: with the first peer chosen by round % peers, 5 ids that named themselves to sort
+    around the honest peer, and chose each round how many of them delivered, kept it out of 200 of 200
+    steps. Now the peer taken least recently goes first: an adversary that knows the buffer's secret
+    and tries every subset of its ids each round still cannot keep it out more than 3 rounds in a row."""
+    import copy
+    import itertools
+
+    attackers = ["Qm0", "Qm1", "QmA", "QmX", "QmY"]
+    buffer = RolloutBuffer(max_peer_groups=2, peer_groups_per_own=1.0, max_peer_share=0.5, salt=b"known")
+
+    def fill(buf, ids):
+        buf.add([_teaching(), _teaching()], OWN)
+        buf.add([_teaching()], "QmH")
+        for peer in ids:
+            buf.add([_teaching()], peer)
+
+    taken_rounds = []
+    for r in range(60):
+        choice = attackers
+        for n in range(len(attackers), -1, -1):  # the largest subset that keeps H out, if any does
+            keeps_out = [ids for ids in itertools.combinations(attackers, n) if "QmH" not in [
+                x.source for x in (lambda b: (fill(b, ids), b.take(r))[1])(copy.deepcopy(buffer))]]
+            if keeps_out:
+                choice = keeps_out[0]
+                break
+        fill(buffer, choice)
+        if "QmH" in [x.source for x in buffer.take(r)]:
+            taken_rounds.append(r)
+    gaps = [b - a for a, b in zip([-1] + taken_rounds, taken_rounds)]
+    assert taken_rounds and max(gaps) <= 4 and len(taken_rounds) >= 15, taken_rounds
 
 
 def test_groups_that_cannot_teach_yield_the_peer_slots_to_those_that_can():
@@ -160,7 +196,7 @@ def test_horizontal_buffer_takes_one_group_per_prompt_per_peer():
     buffer.add([g("x"), g("x"), g("z"), g("y")], "flood")
     buffer.add([g("y")], "honest")
     taken = buffer.take(0)
-    assert [(x.source, x.group.example_id) for x in taken[2:]] == [("flood", "x"), ("honest", "y"), ("flood", "y")]
+    assert sorted((x.source, x.group.example_id) for x in taken[2:]) == [("flood", "x"), ("flood", "y"), ("honest", "y")]
 
 
 @pytest.mark.parametrize("mode", ["vertical", "horizontal"])
@@ -188,6 +224,6 @@ def test_peer_slots_follow_the_own_groups_drawn_not_those_the_reserve_left():
     buffer = RolloutBuffer(max_peer_groups=8, peer_groups_per_own=1.0, max_peer_share=0.5)
     buffer.add([a] * 3, "a")
     buffer.add([b] * 3, "b")
-    assert [x.source for x in buffer.take(0, drawn=2)] == ["a", "b"]  # 2 slots, 1 per peer (share 0.5)
+    assert sorted(x.source for x in buffer.take(0, drawn=2)) == ["a", "b"]  # 2 slots, 1 per peer (share 0.5)
     buffer.add([a] * 3, "a")
     assert buffer.take(0) == []  # no own group added and none drawn: no slot

@@ -23,7 +23,8 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
                   taught mixed (a group with signal) since the last verdict and had not taught
                   before it, or were banned in the last 200 rounds, are distrusted (no packet
                   admitted, unread, nobody waits for them) for guard_ban_rounds, doubled per
-                  offence (bans and forgivenesses, each forgotten 200 rounds after the latest):
+                  offence (bans and forgivenesses, each forgotten 200 rounds after the latest;
+                  an offender absent for most of them is new again, not known):
                   new ids are free, so a ban is cheap for them. And a lockdown: for
                   guard_ban_rounds, doubled per harm in the last 200 rounds (at most 8x; one in
                   force is never shortened), only vouched peers teach (64 Sybil ids would
@@ -33,7 +34,7 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
                   but loses its vouching and tenure; for 200 rounds after that it is spared at
                   a harm: refused in the lockdown, never banned, so its valid packets keep its
                   link (a ban let one id with tenure cut an honest neighbour off: red team 7);
-                  one that taught in none of the last VOUCH_SILENCE (50) rounds loses its vouching
+                  one that delivered in none of the last VOUCH_SILENCE (50) rounds loses its vouching
     C - B > bar   help: the peers that taught in at least half the rounds since the last verdict
                   are vouched for. The reference stays alone: until session 24 it became a copy
                   of mixed here, and a gap that drifts by +-5 points made that a channel for harm
@@ -109,7 +110,7 @@ WINDOW, CONFIRM = 3, 2  # checks pooled, checks a verdict needs (1 after the las
 SMALL_WINDOW = 150  # problems per window below which the guard warns that it only sees large harms
 MAX_BAN_ROUNDS = 10_000  # a ban of an id doubles per offence up to this
 LOCKDOWN_MEMORY, MAX_LOCKDOWN_DOUBLINGS = 200, 3  # harms of the last 200 rounds double a lockdown, at most 8x
-VOUCH_SILENCE = 50  # a vouched peer that taught in none of our last 50 rounds is no longer admitted in a lockdown
+VOUCH_SILENCE = 50  # a vouched peer that delivered in none of our last 50 rounds is no longer admitted in a lockdown
 MAX_KNOWN = 4096  # peers remembered as having taught before a verdict (a forgotten one is new again at a harm),
 #                  and new peers remembered as teaching since it
 TENURE = 4  # checks with no harm found, each after teaching in at least half the rounds since the one before, vouch
@@ -149,6 +150,7 @@ class Guard:
         self.known: dict[str, None] = {}  # peers that taught before the last verdict, the latest MAX_KNOWN, oldest first
         self.offences: Counter[str] = Counter()  # bans of each peer, forgotten LOCKDOWN_MEMORY rounds after its latest
         self.offended_at: dict[str, int] = {}  # peer -> round of its latest offence
+        self.presence: Counter[str] = Counter()  # offender -> rounds it delivered a valid packet since that offence
         self.forgiven_at: dict[str, int] = {}  # peer -> round of the harm it was forgiven at (the last LOCKDOWN_MEMORY)
         self.steps = 0  # rounds stepped
         # peers that taught through a measured gain, or for TENURE checks with no harm found, and were in no harmful
@@ -179,11 +181,14 @@ class Guard:
                 del self.taught[peer]
         self.interval.update(taught_by)
         self.present.update(set(present) | set(taught_by))
+        self.presence.update(p for p in set(present) | set(taught_by) if p in self.offended_at)
         self.rounds += 1
         self.interval_rounds += 1
         self.steps += 1
         self._forget(self._silent())  # before the refresh: a peer back from silence earns its vouch again
-        self.vouched.update(dict.fromkeys(taught_by & self.vouched.keys(), self.steps))
+        # present, not only taught: which peers a step takes, peers can steer (red team 10: a vouch lapsed while its
+        # peer delivered every round, and never taken); one silent for VOUCH_SILENCE steps still loses it
+        self.vouched.update(dict.fromkeys((set(taught_by) | set(present)) & self.vouched.keys(), self.steps))
         examples = [ex for ex in examples if not self.reserve.reserved(ex)]  # horizontal mode: the run's prompts
         if not examples:
             return time.perf_counter() - start
@@ -272,7 +277,11 @@ class Guard:
         taught = set(self.taught)  # new ids, and ids banned before that taught again: each ban doubles
         # offences older than LOCKDOWN_MEMORY are forgotten, as harms are: else an honest peer banned once (it was new
         # in a bad window) was banned again at every later false alarm, up to 10,000 rounds (red team, session 24)
-        self.offended_at = {p: r for p, r in self.offended_at.items() if round_index - r < LOCKDOWN_MEMORY}
+        aged = {p: r for p, r in self.offended_at.items() if round_index - r >= LOCKDOWN_MEMORY}
+        for peer, r in aged.items():  # an offender absent for most rounds since is new again: known, its offence
+            if peer not in self.vouched and 2 * self.presence[peer] < round_index - r:  # forgotten, ids banned once
+                self.known.pop(peer, None)  # came back 200 rounds later unbannable, only refused (red team 10)
+            del self.offended_at[peer], self.presence[peer]
         self.offences = Counter({p: n for p, n in self.offences.items() if p in self.offended_at})
         forgiven = taught & self.vouched.keys()  # this once: not banned, admitted in the lockdown; the offence counts
         # forgiven at a harm of the last LOCKDOWN_MEMORY rounds, not vouched again since: refused in the lockdown but
@@ -284,7 +293,7 @@ class Guard:
         banned = {p for p in taught - forgiven - spared if p not in self.known or self.offences[p]}
         for peer in sorted(forgiven | banned):
             self.offences[peer] += 1
-            self.offended_at[peer] = round_index
+            self.offended_at[peer], self.presence[peer] = round_index, 0
         for peer in sorted(banned):
             verdict.distrusted[peer] = round_index + min(self.ban_rounds * 2 ** (self.offences[peer] - 1), MAX_BAN_ROUNDS)
         self.forgiven_at = {p: r for p, r in self.forgiven_at.items() if round_index - r < LOCKDOWN_MEMORY}
@@ -301,7 +310,7 @@ class Guard:
         self.locked_until, self.lockdown_admits = verdict.locked_until, verdict.admitted
 
     def _silent(self) -> set[str]:
-        """Vouched peers that taught in none of the last VOUCH_SILENCE steps: else ids vouched for early that
+        """Vouched peers that delivered in none of the last VOUCH_SILENCE steps: else ids vouched for early that
         fell silent were the only ones every later lockdown admitted (red team, session 24), free to come back
         and teach a window each; their tenure goes too, or one steady interval back would vouch again (and
         before session 27 one round back kept the vouch)."""
@@ -317,7 +326,7 @@ class Guard:
         return {"alone": [a.detach().clone() for a in self.alone], "optimizer": self.shadow.optimizer.state_dict(),
                 "taught": dict(self.taught), "rounds": self.rounds, "known": list(self.known),
                 "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": dict(self.vouched),
-                "forgiven_at": dict(self.forgiven_at),
+                "forgiven_at": dict(self.forgiven_at), "presence": dict(self.presence),
                 "steps": self.steps, "tenure": dict(self.tenure), "interval": dict(self.interval),
                 "present": dict(self.present),
                 "interval_rounds": self.interval_rounds,
@@ -344,6 +353,7 @@ class Guard:
         self.known, self.offences = dict.fromkeys(state["known"]), Counter(state["offences"])
         self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
         self.forgiven_at = dict(state.get("forgiven_at", {}))  # absent before session 30
+        self.presence = Counter(state.get("presence", {}))  # absent before session 31: offenders count as absent
         self.steps, vouched = state.get("steps", 0), state["vouched"]
         if not isinstance(vouched, dict):  # before session 26: a list, and the steps apart (before session 25: none)
             vouched = {p: state.get("taught_step", {}).get(p, 0) for p in vouched}

@@ -13,8 +13,10 @@ source (this node or a peer id); the loop fills it and drains it once per round.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +110,9 @@ class Rollout:
     source: str  # OWN, or the peer id that sent it
 
 
+MAX_SERVED = 4096  # peers whose last turn in a step the buffer remembers (a forgotten one queues as a newcomer)
+
+
 class RolloutBuffer:
     """Groups waiting to be trained on. `take` drains it into one step's batch, whose peer part is
     bounded by construction (docs/RELIABILITY.md, "bounded influence"):
@@ -121,9 +126,11 @@ class RolloutBuffer:
     guard's reserve drops ours on a reserved problem, and a round of 1 or 2 prompts whose own were
     all reserved (1 in 5, or 1 in 25) trained on nothing; the reserve is secret, so a peer cannot
     aim at those rounds, and the trainer judges their peers' positives by its latest own bar
-    (Trainer._plausibility_floors). Peers are served round-robin,
-    the starting peer rotating with the round, each peer's groups in arrival order, groups that
-    can teach (`has_signal`) before those that cannot: peers sending valid groups whose rewards
+    (Trainer._plausibility_floors). Peers are served round-robin, the one taken least recently first
+    (a newcomer as if taken when it first delivered; ties in a secret order): with the starting peer
+    chosen by round % peers, ids that chose their names and how many of them deliver each round kept
+    the honest peer out of 200 of 200 steps (red team 10). Each peer's groups in arrival order, groups
+    that can teach (`has_signal`) before those that cannot: peers sending valid groups whose rewards
     are all equal (no gradient) used to take 4 of 5 slots from the honest one. Unused groups are
     dropped (a later step must not train on older data than a peer's newer packet).
 
@@ -133,10 +140,12 @@ class RolloutBuffer:
     """
 
     def __init__(self, max_peer_groups: int, peer_groups_per_own: float = 1.0, max_peer_share: float = 1.0,
-                 horizontal: bool = False):
+                 horizontal: bool = False, salt: bytes | None = None):
         self.max_peer_groups, self.peer_groups_per_own = max_peer_groups, peer_groups_per_own
         self.max_peer_share, self.horizontal = max_peer_share, horizontal
         self.entries: list[Rollout] = []
+        self.served: dict[str, int] = {}  # peer -> the round its groups were last taken (or it first delivered)
+        self.salt = secrets.token_bytes(16) if salt is None else salt  # orders ties: no peer can aim at them
 
     def add(self, groups: list[Group], source: str) -> None:
         self.entries.extend(Rollout(g, source) for g in groups)
@@ -150,8 +159,7 @@ class RolloutBuffer:
         for e in self.entries:
             if e.source != OWN:
                 by_peer.setdefault(e.source, []).append(e)
-        peers = sorted(by_peer)
-        peers = peers[round_index % len(peers):] + peers[:round_index % len(peers)] if peers else []
+        peers = self._fair_order(list(by_peer), round_index)
         if self.horizontal:
             slots, queues = self.max_peer_groups, [self._one_per_prompt(by_peer[p], own) for p in peers]
         else:
@@ -169,7 +177,19 @@ class RolloutBuffer:
                     if queue and len(picked) < slots:
                         picked.append(queue.pop(0))
         self.entries = []
+        for e in picked:
+            self.served.pop(e.source, None)
+            self.served[e.source] = round_index  # newest last: the oldest entries are forgotten first
+        while len(self.served) > MAX_SERVED:
+            del self.served[next(iter(self.served))]
         return own + picked
+
+    def _fair_order(self, peers: list[str], round_index: int) -> list[str]:
+        """The peers taken least recently first; a newcomer as if taken when it first delivered."""
+        for peer in peers:
+            self.served.setdefault(peer, round_index)
+        return sorted(peers, key=lambda p: (self.served[p], hashlib.blake2b(
+            f"{p}/{round_index}".encode(), key=self.salt, digest_size=8).digest()))
 
     @staticmethod
     def _one_per_prompt(entries: list[Rollout], own: list[Rollout]) -> list[Rollout]:
