@@ -447,6 +447,33 @@ def test_ids_banned_once_that_come_back_after_their_offence_is_forgotten_are_new
     assert restored.presence == guard.presence and restored.offended_at == guard.offended_at
 
 
+def test_a_new_peer_linked_to_us_is_suspended_at_its_first_harm_and_banned_at_its_second(tiny_policy, arith,
+                                                                                        monkeypatch):
+    """Red team 10: a ban is refused unread, so an honest neighbour that was new here when a harm was found
+    (a false alarm, or Sybils teaching beside it) lost its link, and two honest nodes were apart for 37
+    rounds. A new id present in half the rounds of this interval and the one before is now suspended at
+    its first offence: refused in the lockdown (not admitted), not banned; at its next, banned. An id that
+    just arrived is banned at once, as before."""
+    trainer, guard = _guard(tiny_policy, arith)
+    for r in range(1, 11):
+        guard.step([], 0, taught_by={"peer-h"} if r % 2 else set(), present={"peer-h"})
+        if r == 5:
+            _answers(monkeypatch, mixed_right=50, alone_right=50)
+            guard.check(r)  # no harm: peer-h present through this interval
+    guard.step([], 0, taught_by={"peer-h", "peer-fresh"})
+    _answers(monkeypatch, mixed_right=20, alone_right=50)
+    verdict = guard.check(11)
+    assert verdict.distrusted.keys() == {"peer-fresh"} and "peer-h" not in verdict.admitted
+    assert guard.suspended_at == {"peer-h": 11} and "peer-h" not in guard.offences
+    for r in range(12, 17):
+        guard.step([], 0, taught_by={"peer-h"}, present={"peer-h"})
+    _answers(monkeypatch, mixed_right=20, alone_right=50)
+    assert "peer-h" in guard.check(17).distrusted  # its second harm within LOCKDOWN_MEMORY rounds
+    restored = _guard(tiny_policy, arith)[1]
+    restored.load_state_dict(guard.state_dict())
+    assert restored.suspended_at == guard.suspended_at and restored.steady == guard.steady
+
+
 def test_the_peers_known_before_a_verdict_are_the_latest_max_known(tiny_policy, arith, monkeypatch):
     """Free ids that each teach once must not grow the guard's state, saved in every checkpoint, without
     bound (red team, session 29): the latest MAX_KNOWN are kept, and one that teaches again is the latest."""

@@ -22,7 +22,9 @@ equally good). A verdict needs at least 2 checks (the gap of two equally good mo
     B - C > bar   harm: mixed <- alone (weights and optimizer state). The untrusted peers that
                   taught mixed (a group with signal) since the last verdict and had not taught
                   before it, or were banned in the last 200 rounds, are distrusted (no packet
-                  admitted, unread, nobody waits for them) for guard_ban_rounds, doubled per
+                  admitted, unread, nobody waits for them; but at its first offence one linked
+                  to us, present in half the rounds of this interval and the one before, is only
+                  suspended: refused in the lockdown, keeping its link) for guard_ban_rounds, doubled per
                   offence (bans and forgivenesses, each forgotten 200 rounds after the latest;
                   an offender absent for most of them is new again, not known):
                   new ids are free, so a ban is cheap for them. And a lockdown: for
@@ -152,6 +154,8 @@ class Guard:
         self.offended_at: dict[str, int] = {}  # peer -> round of its latest offence
         self.presence: Counter[str] = Counter()  # offender -> rounds it delivered a valid packet since that offence
         self.forgiven_at: dict[str, int] = {}  # peer -> round of the harm it was forgiven at (the last LOCKDOWN_MEMORY)
+        self.suspended_at: dict[str, int] = {}  # peer -> round of the harm it was suspended at (the last LOCKDOWN_MEMORY)
+        self.steady: set[str] = set()  # peers present in half the rounds of the last interval
         self.steps = 0  # rounds stepped
         # peers that taught through a measured gain, or for TENURE checks with no harm found, and were in no harmful
         # window since -> the latest step they taught in (silent for VOUCH_SILENCE steps: no longer vouched for)
@@ -230,8 +234,9 @@ class Guard:
         fresh_harm = not last and b - c > max(self.margin * n, Z_ONE * math.sqrt(b + c))  # poison since the last check
         ready = len(self.recent) >= (1 if last else CONFIRM)
         verdict = Verdict({})
+        steady = {p for p, k in self.present.items() if 2 * k >= max(1, self.interval_rounds)}  # present this interval
         if ready and B - C > bar or fresh_harm:
-            self._harm(round_index, verdict)
+            self._harm(round_index, verdict, linked=steady & self.steady)
             log.warning("guard: peers' data made this node worse (over %d reserved problems alone solves %d more, bar "
                         "%.1f; the latest check %d more of %d): back to the weights trained on our own groups; %d peer(s) "
                         "distrusted %s; only %d vouched for teach until round %d", N, B - C, bar, b - c, n,
@@ -241,6 +246,7 @@ class Guard:
             if ready and C - B > bar:
                 # each taught within the last `rounds`
                 self.vouched.update(dict.fromkeys((p for p, n in self.taught.items() if 2 * n >= self.rounds), self.steps))
+        self.steady = steady if self.interval_rounds else self.steady  # a second check in a round judges nothing
         self.interval, self.present, self.interval_rounds = Counter(), Counter(), 0
         if ready and abs(B - C) > bar or fresh_harm:
             for peer in self.taught:  # newest last
@@ -268,8 +274,9 @@ class Guard:
         self.tenure.update(steady)
         self.vouched.update(dict.fromkeys((p for p in steady if self.tenure[p] >= TENURE), self.steps))
 
-    def _harm(self, round_index: int, verdict: Verdict) -> None:
-        """Back to alone; distrust the new teachers; a lockdown for all but the vouched."""
+    def _harm(self, round_index: int, verdict: Verdict, linked: set[str] = frozenset()) -> None:
+        """Back to alone; distrust the new teachers; a lockdown for all but the vouched. `linked`: the peers
+        present in half the rounds of this interval and of the one before (neighbours, in practice)."""
         self._reset_to_alone()
         # new weights: the sampler syncs to a version no weights had before. Not the published policy version
         # (optimizer steps, SPEC section 1): a jump in it told every peer that a harm was found (red team 7)
@@ -290,7 +297,13 @@ class Guard:
         spared = {p for p in taught - forgiven if round_index - self.forgiven_at.get(p, -LOCKDOWN_MEMORY) < LOCKDOWN_MEMORY}
         # banned: new ids, and ids banned in the last LOCKDOWN_MEMORY rounds; a known id is refused in the lockdown only
         # (charging it too banned an honest neighbour that two false alarms found unvouched: red team 8)
-        banned = {p for p in taught - forgiven - spared if p not in self.known or self.offences[p]}
+        self.suspended_at = {p: r for p, r in self.suspended_at.items() if round_index - r < LOCKDOWN_MEMORY}
+        blamed = {p for p in taught - forgiven - spared if p not in self.known or self.offences[p] or p in self.suspended_at}
+        # a linked id's first offence: suspended (refused in the lockdown, keeps its link), banned at its next: a ban
+        # cut an honest neighbour that was new here off, and the two honest nodes apart for 37 rounds (red team 10)
+        suspended = {p for p in blamed & linked if not self.offences[p] and p not in self.suspended_at}
+        banned = blamed - suspended
+        self.suspended_at.update(dict.fromkeys(suspended, round_index))
         for peer in sorted(forgiven | banned):
             self.offences[peer] += 1
             self.offended_at[peer], self.presence[peer] = round_index, 0
@@ -327,6 +340,7 @@ class Guard:
                 "taught": dict(self.taught), "rounds": self.rounds, "known": list(self.known),
                 "offences": dict(self.offences), "offended_at": dict(self.offended_at), "vouched": dict(self.vouched),
                 "forgiven_at": dict(self.forgiven_at), "presence": dict(self.presence),
+                "suspended_at": dict(self.suspended_at), "steady": sorted(self.steady),
                 "steps": self.steps, "tenure": dict(self.tenure), "interval": dict(self.interval),
                 "present": dict(self.present),
                 "interval_rounds": self.interval_rounds,
@@ -354,6 +368,7 @@ class Guard:
         self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
         self.forgiven_at = dict(state.get("forgiven_at", {}))  # absent before session 30
         self.presence = Counter(state.get("presence", {}))  # absent before session 31: offenders count as absent
+        self.suspended_at, self.steady = dict(state.get("suspended_at", {})), set(state.get("steady", []))  # ditto
         self.steps, vouched = state.get("steps", 0), state["vouched"]
         if not isinstance(vouched, dict):  # before session 26: a list, and the steps apart (before session 25: none)
             vouched = {p: state.get("taught_step", {}).get(p, 0) for p in vouched}
