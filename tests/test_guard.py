@@ -454,6 +454,8 @@ def test_a_new_peer_linked_to_us_is_suspended_at_its_first_harm_and_banned_at_it
     rounds. A new id present in half the rounds of this interval and the one before is now suspended at
     its first offence: refused in the lockdown (not admitted), not banned; at its next, banned. An id that
     just arrived is banned at once, as before."""
+    from swarm_node.train.guard import LOCKDOWN_MEMORY
+
     trainer, guard = _guard(tiny_policy, arith)
     for r in range(1, 11):
         guard.step([], 0, taught_by={"peer-h"} if r % 2 else set(), present={"peer-h"})
@@ -472,6 +474,21 @@ def test_a_new_peer_linked_to_us_is_suspended_at_its_first_harm_and_banned_at_it
     restored = _guard(tiny_policy, arith)[1]
     restored.load_state_dict(guard.state_dict())
     assert restored.suspended_at == guard.suspended_at and restored.steady == guard.steady
+    # red team 11: a linked id suspended once, then absent until its suspension was forgotten, came back known and
+    # was never banned again; its absence is clocked like an offender's, so it is new again
+    trainer, guard = _guard(tiny_policy, arith)
+    for r in range(1, 11):
+        guard.step([], 0, taught_by={"sybil"}, present={"sybil"})
+        if r == 5:
+            _answers(monkeypatch, mixed_right=50, alone_right=50)
+            guard.check(r)
+    _answers(monkeypatch, mixed_right=20, alone_right=50)
+    assert guard.check(11).distrusted == {} and guard.suspended_at == {"sybil": 11}
+    for _ in range(LOCKDOWN_MEMORY + 5):
+        guard.step([], 0, taught_by=set())
+    guard.step([], 0, taught_by={"sybil"})
+    _answers(monkeypatch, mixed_right=20, alone_right=50)
+    assert "sybil" in guard.check(11 + LOCKDOWN_MEMORY + 6).distrusted
 
 
 def test_the_peers_known_before_a_verdict_are_the_latest_max_known(tiny_policy, arith, monkeypatch):

@@ -385,6 +385,35 @@ def test_a_third_party_offering_an_honest_digest_as_stale_does_not_block_its_sen
     asyncio.run(main())
 
 
+def test_a_senders_copy_that_came_second_is_fetched_again_once_the_first_copy_is_refused():
+    """Red team 11: a banned id's copy of an honest peer's packet finished first; the sender's own fetch of
+    it, in flight beside it, finished second and was dropped but still recorded as the sender's packet of
+    the round, so once the copy was refused and the digest un-seen, the sender's offer was never fetched."""
+    data = b"honest packet"
+    digest = packet_digest(data)
+    listings = [0]
+
+    async def list_peers(timeout):  # the copier's offer reaches us one listing before the sender's own
+        listings[0] += 1
+        return [_peer("QmBanned", [(1, digest, len(data))])] + (
+            [_peer("QmHonest", [(1, digest, len(data))])] if listings[0] > 1 else [])
+
+    async def fetch(peer, d, timeout, size):
+        await asyncio.sleep(0.1 if peer == "QmBanned" else 0.3)
+        return data, "ok"
+
+    async def main():
+        state = Delivery()
+        kw = dict(wanted=lambda r: r == 1, oldest=1, newest=1, first={"QmHonest"}.__contains__)
+        got = await collect_offers(list_peers, fetch, LIMITS, state, min_count=2, deadline_s=0.6, **kw)
+        assert [g.peer_id for g in got.packets] == ["QmBanned"]
+        state.distrust("QmBanned", digest)  # what the exchange does when admission refuses it for its server
+        got = await collect_offers(list_peers, fetch, LIMITS, state, min_count=1, deadline_s=0.6, **kw)
+        assert [g.peer_id for g in got.packets] == ["QmHonest"]
+
+    asyncio.run(main())
+
+
 def test_a_fetch_left_running_when_a_round_ends_is_adopted_by_the_next_call_never_asked_again():
     """Issue 28: a round that ended on a faster packet cancelled the slower fetch, and the next round
     asked the same peer for the same digest again (4 times in 1.3 s). Each digest is fetched once."""

@@ -236,7 +236,7 @@ def test_peer_exchange_adds_to_what_a_peer_said_of_itself_and_cannot_flush_those
     assert mesh.receive("QmH", _ann(), 0.0)["status"] == "ok"
     lies = [(h, ["/ip4/9.9.9.9/tcp/9"]) for h in honest[:8]]
     assert mesh.receive("QmLiar", _ann(peers=lies), 1.0)["status"] == "ok"  # a neighbour
-    assert mesh.known["QmHonest1"] == ["/ip4/5.6.7.0/tcp/4001"]  # a dead address never first
+    assert mesh.known["QmHonest1"] == ["/ip4/5.6.7.0/tcp/4001", "/ip4/9.9.9.9/tcp/9"]  # added, never first
     for n in range(32):
         fake = [(f"QmFake{b58(n)}x{b58(i)}", ["/ip4/9.9.9.9/tcp/9"]) for i in range(8)]
         mesh.receive("QmLiar", _ann(peers=fake, seq=2 + n), 2.0 + n)

@@ -696,6 +696,27 @@ def test_one_subnets_ids_take_only_their_share_of_the_newcomer_budget():
     assert sum(lan.allow_newcomer(f"/ip4/192.168.1.{i}/tcp/4001") for i in range(5)) == 0  # the whole budget spent
 
 
+def test_many_subnets_asking_share_the_newcomer_budget_equally():
+    """Red team 11: with a fixed quarter per subnet, 4 attacker /24s emptied the budget (5 of 300 honest
+    strangers' announcements answered). The subnets asking now share it equally: an honest stranger's
+    subnet gets at least budget / (subnets asking), however many an attacker holds."""
+    from swarm_node.net.scores import PeerLimiter, RateLimits
+
+    for attacker_subnets in (1, 4, 8):
+        now = [0.0]
+        limiter = PeerLimiter(RateLimits(newcomer_rate=20.0, newcomer_burst=40.0), clock=lambda: now[0])
+        answered = asked = 0
+        for tick in range(60 * 40):  # 60 s; each attacker subnet asks 40 times a second
+            now[0] = tick / 40
+            for k in range(attacker_subnets):
+                limiter.allow_newcomer(f"/ip4/45.{k}.0.7/tcp/4001")
+            if tick % 40 == 0:  # 5 honest strangers on their own subnets, once a second each
+                for h in range(5):
+                    asked += 1
+                    answered += limiter.allow_newcomer(f"/ip4/77.{h}.1.9/tcp/4001")
+        assert answered >= 0.9 * asked, (attacker_subnets, answered, asked)
+
+
 def test_a_neighbour_whose_teaching_packet_found_no_room_is_alive_not_credited():
     """Three honest producers for two peer slots: the one left out of a step is alive (Mesh.credit
     taken=False) and not idle, while one that delivers nothing is; being alive earns no credit, no

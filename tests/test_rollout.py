@@ -161,6 +161,29 @@ def test_ids_that_choose_their_names_and_when_to_deliver_cannot_keep_a_peer_out_
     assert taken_rounds and max(gaps) <= 4 and len(taken_rounds) >= 15, taken_rounds
 
 
+def test_ids_that_bank_turns_while_quiet_cannot_come_back_together_and_keep_a_peer_out():
+    """Red team 11: ids that delivered once each and waited kept their old turns, came back together, and
+    kept the honest peer out of 99 rounds in a row. A peer back after a pause now goes before only those
+    taken in the last RETURN_PRIORITY rounds."""
+    from swarm_node.train.rollout import RETURN_PRIORITY
+
+    buffer = RolloutBuffer(max_peer_groups=2, peer_groups_per_own=1.0, max_peer_share=0.5, salt=b"known")
+    stock, gap, longest = [], 0, 0
+    for r in range(300):
+        if r < 100:  # two fresh ids a round, each delivering once
+            ids = [f"QmFresh{r}x{i}" for i in range(2)]
+            stock += ids
+        else:  # then they come back, two a round, the oldest first
+            ids, stock = stock[:2], stock[2:]
+        buffer.add([_teaching(), _teaching()], OWN)
+        buffer.add([_teaching()], "QmH")
+        for peer in ids:
+            buffer.add([_teaching()], peer)
+        gap = 0 if "QmH" in [x.source for x in buffer.take(r)] else gap + 1
+        longest = max(longest, gap)
+    assert longest <= RETURN_PRIORITY + 1
+
+
 def test_groups_that_cannot_teach_yield_the_peer_slots_to_those_that_can():
     """4 Sybils sending valid all-wrong groups (every advantage 0) took 4 of 5 peer slots from the
     honest peer (red team 2, `wrongkeep`); now every peer's teaching groups go first."""

@@ -26,8 +26,8 @@ from collections import Counter, OrderedDict
 from swarm_node.net import PeerInfo
 from swarm_node.net.fetch import MISMATCH, OVERSIZE
 from swarm_node.net.knockers import Knockers
-from swarm_node.net.records import (MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED, Announcement,
-                                    RecordError, make_announcement, parse_announcement, parse_peer_exchange)
+from swarm_node.net.records import (MAX_ADDRS, MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED,
+                                    Announcement, RecordError, make_announcement, parse_announcement, parse_peer_exchange)
 from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor,
                                    Score, crowded, subnet_of, yielding)
 
@@ -140,15 +140,16 @@ class Mesh:
 
     def learn(self, peers: list[tuple[str, list[str]]], hearsay: bool = False) -> None:
         """Remember candidates, newest last. Addresses given for an initial peer or an anchor stay first, and
-        so do those a peer (or its signed record) gave for itself against `hearsay` (peer exchange), which only
-        adds to them: one neighbour's peer exchange replaced honest candidates' addresses with dead ones, and
-        32 announcements of 8 made-up ids flushed 200 honest ones; full, hearsay goes first (red team 9)."""
+        so do those a peer (or its signed record) gave for itself against `hearsay` (peer exchange), which only adds
+        (to MAX_ADDRS): a neighbour's peer exchange replaced honest candidates' addresses with dead ones and, with 32
+        announcements of made-up ids, flushed 200 honest ones; full, hearsay goes first (red team 9)."""
         for peer, addrs in peers:
             if peer == self.own_id:
                 continue
-            pinned = self.initial.get(peer) or self.anchors.get(peer) or (hearsay and self.known.get(peer))
+            given = self.initial.get(peer) or self.anchors.get(peer)
+            pinned = given or (hearsay and self.known.get(peer))
             if pinned:
-                addrs = (pinned + [a for a in addrs if a not in pinned])[:len(pinned) + (0 if hearsay else MAX_PX)]
+                addrs = pinned + [a for a in addrs if a not in pinned][:MAX_PX if given else MAX_ADDRS - len(pinned)]
             self.known[peer] = list(addrs) or self.known.get(peer, [])
             self.known.move_to_end(peer)
             if not hearsay:

@@ -365,10 +365,12 @@ class Collector:
     def on_result(self, peer: str, r: int, d: str, size: int, data: bytes | None, reason: str) -> None:
         if data is not None:
             self.state.failed_at.pop(peer, None)
+            if d in self.state.delivered:  # another peer's copy came first: nothing taken from this one (if that copy
+                return  # is refused for its server, the digest is un-seen and this peer's offer fetched again; red team 11)
             self.state.taken.setdefault((peer, r), d)
-            if d not in self.state.delivered and not (self.wanted(r) or self.within_lag(r)):  # adopted; its round passed:
+            if not (self.wanted(r) or self.within_lag(r)):  # adopted; its round passed:
                 self.drop(peer, d, "stale")  # not marked delivered (unchecked, maybe another's copy), never fetched again (taken)
-            elif d not in self.state.delivered:
+            else:
                 self.state.delivered[d] = r
                 self.result.packets.append(Received(peer_id=peer, round=r, digest=d, data=data))
             return

@@ -252,8 +252,9 @@ class RateLimits:
     newcomer_rate: float = 20.0  # announcement streams per second from peers that are not our neighbours, all
     # together (64 ids x 4 loops each stayed within its own rate: 2,910 announcements answered in 30 s)
     newcomer_burst: float = 40.0  # ... and at once
-    newcomer_subnet_share: float = 0.25  # of that budget, what the ids of one public /24 (/32; a relay's) may take:
-    # about 10 ids within their own rates emptied it, shutting every honest stranger out (red team 7)
+    newcomer_subnet_share: float = 0.25  # of that budget, the most the ids of one public /24 (/32; a relay's) may
+    # take, and less while more subnets ask: an equal share each (about 10 ids within their own rates emptied it,
+    # shutting every honest stranger out, red team 7; 4 subnets at a quarter each did the same, red team 11)
     fetch_rate: float = 20.0  # fetch streams a peer may open per second (one packet per round, resumes)
     fetch_burst: float = 64.0  # ... and at once
     dht_rate: float = 10.0  # DHT requests (store, find, ping) a peer may send per second (an honest one: a few a minute)
@@ -283,6 +284,7 @@ class PeerLimiter:
         self.dht_total = TokenBucket(limits.dht_total_rate, limits.dht_total_burst, clock)
         self.newcomers = TokenBucket(limits.newcomer_rate, limits.newcomer_burst, clock)
         self.newcomer_groups: OrderedDict[str, TokenBucket] = OrderedDict()  # subnet -> its share of the budget
+        self.newcomer_asked: OrderedDict[str, float] = OrderedDict()  # subnet -> when it last asked, oldest first
         self.over_rate = self.graylisted_total = 0  # counters: streams closed over the rate, graylistings
 
     def now(self) -> float:
@@ -314,21 +316,30 @@ class PeerLimiter:
     def allow_newcomer(self, addr: str | None = None) -> bool:
         """Whether to read an announcement from a peer that is not our neighbour now (a budget shared by all
         of them: many cheap ids each within its own rate must not add up), from `addr` (the stream's remote
-        multiaddr): the ids of one public subnet share newcomer_subnet_share of it, so one machine's ids
-        cannot empty it for everyone else (a relayed one counts in its relay's subnet; LAN and loopback
-        ids share the whole budget). Not misbehaviour: it may be honest and is asked to come back (its dial
-        backs off)."""
+        multiaddr): the public subnets that asked within misbehaviour_window_s share it equally (at most
+        newcomer_subnet_share each), so a stranger's subnet gets at least budget / (subnets asking) however
+        many subnets an attacker holds (a relayed one counts in its relay's subnet; LAN and loopback ids share
+        the whole budget). Not misbehaviour: it may be honest and is asked to come back (its dial backs off)."""
         group = subnet_of(addr.split("/p2p-circuit")[0] if addr else None)
         bucket = None
         if group is not None:
-            lim = self.limits
-            bucket = self.newcomer_groups.pop(group, None) or TokenBucket(
-                lim.newcomer_rate * lim.newcomer_subnet_share, lim.newcomer_burst * lim.newcomer_subnet_share, self.clock)
+            lim, now = self.limits, self.now()
+            self.newcomer_asked.pop(group, None)
+            self.newcomer_asked[group] = now
+            while self.newcomer_asked and (next(iter(self.newcomer_asked.values())) < now - lim.misbehaviour_window_s
+                                           or len(self.newcomer_asked) > MAX_LIMITED_PEERS):
+                self.newcomer_asked.popitem(last=False)
+            share = min(lim.newcomer_subnet_share, 1 / len(self.newcomer_asked))
+            bucket = self.newcomer_groups.pop(group, None) or TokenBucket(lim.newcomer_rate, lim.newcomer_burst, self.clock)
+            bucket.rate, bucket.burst = lim.newcomer_rate * share, max(1.0, lim.newcomer_burst * share)
             self.newcomer_groups[group] = bucket
             while len(self.newcomer_groups) > MAX_LIMITED_PEERS:
                 self.newcomer_groups.popitem(last=False)
-        if (bucket is None or bucket.take()) and self.newcomers.take():
-            return True
+        if bucket is None or bucket.take():
+            if self.newcomers.take():
+                return True
+            if bucket is not None:
+                bucket.tokens += 1  # the shared budget refused: its subnet's token is not spent
         self.over_rate += 1
         return False
 

@@ -303,7 +303,9 @@ class Guard:
         # cut an honest neighbour that was new here off, and the two honest nodes apart for 37 rounds (red team 10)
         suspended = {p for p in blamed & linked if not self.offences[p] and p not in self.suspended_at}
         banned = blamed - suspended
-        self.suspended_at.update(dict.fromkeys(suspended, round_index))
+        for peer in suspended:  # no offence, but the same clock: absent for most of 200 rounds, it is new again (else
+            self.suspended_at[peer], self.offended_at[peer], self.presence[peer] = round_index, round_index, 0  # known:
+            # a linked Sybil suspended once came back unbannable, red team 11)
         for peer in sorted(forgiven | banned):
             self.offences[peer] += 1
             self.offended_at[peer], self.presence[peer] = round_index, 0
@@ -367,7 +369,8 @@ class Guard:
         self.known, self.offences = dict.fromkeys(state["known"]), Counter(state["offences"])
         self.offended_at = dict(state.get("offended_at", {}))  # absent before session 24: those offences are forgotten
         self.forgiven_at = dict(state.get("forgiven_at", {}))  # absent before session 30
-        self.presence = Counter(state.get("presence", {}))  # absent before session 31: offenders count as absent
+        # absent before session 31: offenders count as present (an honest peer banned once must not become bannable)
+        self.presence = Counter(state.get("presence", dict.fromkeys(self.offended_at, LOCKDOWN_MEMORY)))
         self.suspended_at, self.steady = dict(state.get("suspended_at", {})), set(state.get("steady", []))  # ditto
         self.steps, vouched = state.get("steps", 0), state["vouched"]
         if not isinstance(vouched, dict):  # before session 26: a list, and the steps apart (before session 25: none)

@@ -111,6 +111,7 @@ class Rollout:
 
 
 MAX_SERVED = 4096  # peers whose last turn in a step the buffer remembers (a forgotten one queues as a newcomer)
+RETURN_PRIORITY = 4  # a peer back after missing rounds goes before those taken at most this many rounds ago
 
 
 class RolloutBuffer:
@@ -145,6 +146,7 @@ class RolloutBuffer:
         self.max_peer_share, self.horizontal = max_peer_share, horizontal
         self.entries: list[Rollout] = []
         self.served: dict[str, int] = {}  # peer -> the round its groups were last taken (or it first delivered)
+        self.seen: dict[str, int] = {}  # peer -> the latest round it delivered
         self.salt = secrets.token_bytes(16) if salt is None else salt  # orders ties: no peer can aim at them
 
     def add(self, groups: list[Group], source: str) -> None:
@@ -180,14 +182,20 @@ class RolloutBuffer:
         for e in picked:
             self.served.pop(e.source, None)
             self.served[e.source] = round_index  # newest last: the oldest entries are forgotten first
-        while len(self.served) > MAX_SERVED:
-            del self.served[next(iter(self.served))]
+        for memory in (self.served, self.seen):
+            while len(memory) > MAX_SERVED:
+                del memory[next(iter(memory))]
         return own + picked
 
     def _fair_order(self, peers: list[str], round_index: int) -> list[str]:
-        """The peers taken least recently first; a newcomer as if taken when it first delivered."""
+        """The peers taken least recently first; a newcomer as if taken when it first delivered, and one back
+        after a pause as if taken at most RETURN_PRIORITY rounds ago: ids that delivered once each and waited
+        banked old turns, then came back together and kept a peer out for 99 rounds (red team 11)."""
         for peer in peers:
-            self.served.setdefault(peer, round_index)
+            back = self.seen.get(peer, round_index) < round_index - 1
+            self.served[peer] = max(self.served.get(peer, round_index), round_index - RETURN_PRIORITY if back else -1)
+            self.seen.pop(peer, None)
+            self.seen[peer] = round_index
         return sorted(peers, key=lambda p: (self.served[p], hashlib.blake2b(
             f"{p}/{round_index}".encode(), key=self.salt, digest_size=8).digest()))
 
