@@ -244,6 +244,41 @@ def test_peer_exchange_adds_to_what_a_peer_said_of_itself_and_cannot_flush_those
     assert "QmH" in mesh.known and mesh.known["QmH"] == ["/ip4/127.0.0.1/tcp/1"]
 
 
+def test_hearsay_of_long_addresses_cannot_make_our_announcements_too_large_to_send():
+    """Red team 12: peer exchange of made-up peers with 4 addresses of 256 characters each (every frame
+    within the limits) filled our sample, so the announcement we sent to any candidate, and the answer we
+    owed any stranger, no longer fitted a frame: encoding raised before a byte was written, and the node
+    was cut off from its honest peers. The sample is cut until the frame fits."""
+    import socket
+
+    from swarm_node.net.records import send_announcement, serve_announcement
+
+    b58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+    long = [("/dns4/" + "x" * 300)[:256 - k] for k in range(4)]
+    mesh = Mesh("QmMe", "r", 1, PARAMS, rng=random.Random(1))
+    for j in range(6):
+        px = [((f"QmFake{b58[j]}{b58[e]}" + "z" * 128)[:128], long) for e in range(7)]  # the longest ids too
+        mesh.receive("QmLiar", _ann(peers=px, seq=j + 1), float(j))
+    stranger = Mesh("QmStranger", "r", 1, PARAMS)
+
+    async def exchange(answer, announcement):
+        a, b = socket.socketpair()
+        server_reader, server_writer = await asyncio.open_connection(sock=a)
+        client_reader, client_writer = await asyncio.open_connection(sock=b)
+        served = asyncio.ensure_future(serve_announcement(server_reader, server_writer, answer))
+        reply = await asyncio.wait_for(send_announcement(client_reader, client_writer, announcement), 3)
+        await served
+        client_writer.close()
+        return reply
+
+    reply, _, _ = asyncio.run(exchange(lambda obj: mesh.receive("QmStranger", obj, 10.0),
+                                       stranger.announcement(to="QmMe")))  # we answer a stranger
+    assert reply["status"] in ("ok", "full") and 0 < len(reply.get("peers", [])) < 8
+    ours_reply, sent, _ = asyncio.run(exchange(lambda obj: {"status": "full", "peers": []},
+                                               mesh.announcement(to="QmCandidate")))  # we dial a candidate
+    assert ours_reply["status"] == "full" and sent <= 8192 + 4
+
+
 class _Writer:
     """The server side of a stream, as PushDiscovery.serve writes to it."""
 

@@ -88,6 +88,67 @@ def test_dialback_dials_only_the_askers_own_address():
     assert relayed["status"] == "relayed" and bad["status"] == "bad_request"
 
 
+def test_dialback_streams_are_limited_per_peer_refused_when_graylisted_and_one_check_per_subnet():
+    """Red team 12: the dial-back handler had no stream limit and ignored the graylist (one id held 1,500
+    silent streams), and 14 cheap ids each holding a check for the connect timeout answered every honest
+    newcomer `busy`. Streams are now judged before anything is read, and a subnet has one check at a time."""
+    from swarm_node.net.fetch import StreamLimits
+    from swarm_node.net.scores import PeerLimiter, subnet_of
+
+    class Silent:  # a stream whose peer never writes
+        def __init__(self):
+            self.reader, self.closed = asyncio.StreamReader(), False
+
+        def write(self, b):
+            pass
+
+        async def drain(self):
+            pass
+
+        def close(self):
+            self.closed = True
+
+    async def go():
+        limiter = PeerLimiter()
+        db = DialbackServer(connect_timeout=0.5, rates=limiter, limits=StreamLimits(1, 16), group_of=subnet_of)
+        streams = [Silent() for _ in range(50)]
+        tasks = [asyncio.ensure_future(db.handle("QmHold", "/ip4/1.2.3.4/tcp/1", s.reader, s)) for s in streams]
+        await asyncio.sleep(0.1)
+        held = sum(not s.closed for s in streams)
+        limiter.gray_until["QmGray"] = limiter.now() + 60
+        gray = Silent()
+        await db.handle("QmGray", "/ip4/5.6.7.8/tcp/1", gray.reader, gray)
+        for t in tasks:
+            t.cancel()
+
+        async def slow_probe(ip, port):
+            await asyncio.sleep(0.3)
+            return False
+        db._probe = slow_probe
+        first = asyncio.ensure_future(_ask_async(db, "QmA", "/ip4/9.9.9.1/tcp/1", {"ports": [4001]}))
+        await asyncio.sleep(0.05)
+        same_subnet = await _ask_async(db, "QmB", "/ip4/9.9.9.2/tcp/1", {"ports": [4001]})
+        other_subnet = await _ask_async(db, "QmC", "/ip4/8.8.7.2/tcp/1", {"ports": [4001]})
+        return held, gray.closed, (await first)["status"], same_subnet["status"], other_subnet["status"]
+
+    held, gray_closed, first, same_subnet, other_subnet = asyncio.run(go())
+    assert held == 1 and gray_closed
+    assert (first, same_subnet, other_subnet) == ("ok", "busy", "ok")
+
+
+def test_a_dialback_answer_that_is_malformed_or_a_lone_lie_neither_crashes_nor_decides():
+    """Red team 12: `{"open": {"a": 1}}` or a missing `ip` raised out of the start-up check (the node did
+    not start), one `open` answer overruled the honest `closed` ones, and `ip` went raw into the log."""
+    ok = {"status": "ok", "ip": "1.2.3.4", "open": [5000]}
+    closed = {"status": "ok", "ip": "1.2.3.5", "open": []}
+    for bad in ({"status": "ok", "open": {"a": 1}}, {"status": "ok", "open": 7}, {"status": "ok", "open": [5000]},
+                {"status": "ok", "ip": "1.2.3.4\n2026 WARNING forged", "open": [5000]},
+                {"status": "ok", "ip": "1.2.3.4", "open": [22]}, "not a map"):
+        assert verdict([bad], [5000]) == (None, None), bad
+    assert verdict([ok, closed, closed], [5000])[0] is False  # one lie against two honest answers
+    assert verdict([ok, ok, closed], [5000]) == (True, "1.2.3.4:5000")
+
+
 async def _ask_async(db: DialbackServer, peer: str, remote: str, request: dict) -> dict:
     from swarm_node.net.records import decode_frame_body
     reader = asyncio.StreamReader()

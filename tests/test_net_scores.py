@@ -717,6 +717,30 @@ def test_many_subnets_asking_share_the_newcomer_budget_equally():
         assert answered >= 0.9 * asked, (attacker_subnets, answered, asked)
 
 
+def test_fresh_ids_graylisted_one_after_another_cannot_grow_the_log_or_the_mesh(caplog):
+    """Red team 12: each fresh id pushed over its rate wrote one log line (9 KB/s at 100 ids a second), a
+    retry time the mesh never forgot, and a rebuild of the whole graylist. Now the first 20 a window are
+    logged one by one and the rest counted in one line, and ids we never knew leave no retry time."""
+    import logging
+
+    from swarm_node.net.scores import GRAYLIST_LINES, PeerLimiter, RateLimits
+
+    now = [0.0]
+    mesh = Mesh("QmV", "r", 1, _params())
+    mesh.learn([("QmKnown", ADDR)])
+    limiter = PeerLimiter(RateLimits(graylist_after=1), clock=lambda: now[0],
+                          on_graylist=lambda peer, s: mesh.graylist(peer, now[0] + s))
+    caplog.set_level(logging.INFO, logger="swarm_node.net.scores")
+    for i in range(2000):
+        now[0] = i * 0.01  # 100 fresh ids a second
+        limiter.misbehaved(f"QmFresh{i}")
+    limiter.misbehaved("QmKnown")
+    lines = [m for m in caplog.messages if "graylisted" in m or "over its rate" in m]
+    assert GRAYLIST_LINES <= len(lines) <= 3 * (GRAYLIST_LINES + 1)
+    assert any("more peers were graylisted" in m for m in lines) and limiter.graylisted_total == 2001
+    assert set(mesh.retry_at) == {"QmKnown"} and limiter.graylisted("QmFresh1999") and limiter.graylisted("QmKnown")
+
+
 def test_a_neighbour_whose_teaching_packet_found_no_room_is_alive_not_credited():
     """Three honest producers for two peer slots: the one left out of a step is alive (Mesh.credit
     taken=False) and not idle, while one that delivers nothing is; being alive earns no credit, no

@@ -17,6 +17,11 @@ def test_render_is_one_line_per_peer():
     assert "QmA" in text[2] and "tiny-s" in text[2] and " relay " in text[2] and text[-1] == "1 peer(s) of run 'r'"
     assert "reach" in text[0]
     assert render([], "r") == "no peers of run 'r' answered (check --peers and --run-id)"
+    # red team 12: a peer's model id and tokenizer are its claims; escape sequences in them moved the cursor
+    # up and erased the honest peer's row above
+    rows.append({**rows[0], "peer_id": "QmB", "model": "\x1b[1A\x1b[2K\r", "tokenizer": "\x1b[8m\n"})
+    text = render(rows, "r")
+    assert "\x1b" not in text and len(text.splitlines()) == 5 and "QmA" in text
 
 
 @pytest.mark.slow

@@ -96,6 +96,12 @@ def render_scores(status: dict, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def printable(text: str) -> str:
+    """`text` with every non-printable character (escape sequences, newlines) shown as `?`: peer-chosen
+    strings that moved the cursor and erased an honest peer's row from the table (red team 12)."""
+    return "".join(c if c.isprintable() else "?" for c in str(text))
+
+
 def render(rows: list[dict], run_id: str) -> str:
     """A table for people: one line per peer."""
     if not rows:
@@ -105,7 +111,8 @@ def render(rows: list[dict], run_id: str) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         model = Path(r["model"]).name if r["model"].startswith(("/", ".", "~")) else r["model"]  # a local path
-        lines.append(f"{r['peer_id']:<52} {model[:20]:<20} {r['tokenizer'][:14]:<14} {r['protocol']:>5} "
+        model, tokenizer = printable(model), printable(r["tokenizer"])  # a peer's claims, never terminal controls
+        lines.append(f"{r['peer_id']:<52} {model[:20]:<20} {tokenizer[:14]:<14} {r['protocol']:>5} "
                      f"{r['round']:>6} {r['policy_version']:>7} {r['reach']:>6} {r['last_seen_s']:>8.1f}s")
     lines.append(f"{len(rows)} peer(s) of run {run_id!r}")
     return "\n".join(lines)

@@ -139,10 +139,9 @@ class Mesh:
         self.neighbors.pop(peer, None)
 
     def learn(self, peers: list[tuple[str, list[str]]], hearsay: bool = False) -> None:
-        """Remember candidates, newest last. Addresses given for an initial peer or an anchor stay first, and
-        so do those a peer (or its signed record) gave for itself against `hearsay` (peer exchange), which only adds
-        (to MAX_ADDRS): a neighbour's peer exchange replaced honest candidates' addresses with dead ones and, with 32
-        announcements of made-up ids, flushed 200 honest ones; full, hearsay goes first (red team 9)."""
+        """Remember candidates, newest last. Addresses given for an initial peer, an anchor, or by a peer (or its
+        record) for itself stay first; `hearsay` (peer exchange) only adds (to MAX_ADDRS), and goes first when full:
+        a neighbour's hearsay replaced honest candidates' addresses and flushed 200 of them (red team 9)."""
         for peer, addrs in peers:
             if peer == self.own_id:
                 continue
@@ -435,7 +434,8 @@ class Mesh:
         self.evicted_total += peer in self.neighbors
         self.drop(peer)
         self.benched[peer] = max(self.benched.get(peer, 0.0), until)
-        self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
+        if peer in self.known:  # fresh ids graylisted one after another grew it without bound (red team 12)
+            self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def scores(self) -> dict[str, dict]:
         """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless, whether it offers

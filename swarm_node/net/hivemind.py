@@ -41,8 +41,8 @@ from swarm_node.net.collect import CollectLimits, Delivery, collect_offers
 from swarm_node.net.daemon import CONNECT_TIMEOUT_S, start_daemon
 from swarm_node.net.discovery import (DHT_OP_TIMEOUT_S, MemberDirectory, PeerDirectory, PushDiscovery, RecordValidator,
                                       parse_initial_peers)
-from swarm_node.net.fetch import (ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, Offers, PacketServer, download_packet,
-                                  raise_fd_limit)
+from swarm_node.net.fetch import (ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, Offers, PacketServer, StreamLimits,
+                                  download_packet, raise_fd_limit)
 from swarm_node.net.hivemind_internals import (cap_dictionary_values, dial, guard_dht_requests, has_routes, open_stream, p2pd_pid, ping,
                                                wrap_rsa_key)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
@@ -50,7 +50,7 @@ from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
                                     STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, is_digest, make_record)
-from swarm_node.net.scores import MeshParams, PeerLimiter, load_anchors
+from swarm_node.net.scores import MeshParams, PeerLimiter, load_anchors, subnet_of
 from swarm_node.wire import codec
 from swarm_node.wire.codec import PROTOCOL_VERSION
 
@@ -127,7 +127,7 @@ class HivemindTransport:
         self._p2pd_pid: int | None = None
         self._peer_id: str | None = None
         self._started = self._closed = False
-        self._dialback_server = DialbackServer()
+        self._dialback_server = DialbackServer(rates=self._limiter, limits=StreamLimits(1, 16), group_of=subnet_of)
         self.reachability = Reachability("unknown", "not started", [])
         self._state_lock = threading.Lock()  # guards _started / _closed only
 

@@ -257,6 +257,8 @@ class RateLimits:
     # shutting every honest stranger out, red team 7; 4 subnets at a quarter each did the same, red team 11)
     fetch_rate: float = 20.0  # fetch streams a peer may open per second (one packet per round, resumes)
     fetch_burst: float = 64.0  # ... and at once
+    dialback_rate: float = 1.0  # dial-back streams a peer may open per second (an honest one asks once at start)
+    dialback_burst: float = 4.0  # ... and at once
     dht_rate: float = 10.0  # DHT requests (store, find, ping) a peer may send per second (an honest one: a few a minute)
     dht_burst: float = 32.0  # ... and at once
     dht_total_rate: float = 100.0  # DHT requests from all peers together per second (many cheap ids share this)
@@ -268,6 +270,7 @@ class RateLimits:
 
 
 MAX_LIMITED_PEERS = 4096  # peers whose buckets are remembered (the most recent)
+GRAYLIST_LINES = 20  # graylistings logged one by one per misbehaviour window; the rest are counted in one line
 
 
 class PeerLimiter:
@@ -280,7 +283,8 @@ class PeerLimiter:
         self.limits, self.clock, self.on_graylist = limits, clock, on_graylist
         self.buckets: OrderedDict[tuple[str, str], TokenBucket] = OrderedDict()
         self.strikes: OrderedDict[str, list[float]] = OrderedDict()  # peer -> times of its recent misbehaviour
-        self.gray_until: dict[str, float] = {}
+        self.gray_until: OrderedDict[str, float] = OrderedDict()  # peer -> ignored until, soonest first
+        self.logged_at, self.lines, self.unlogged = float("-inf"), 0, 0  # graylistings logged in this window, and not
         self.dht_total = TokenBucket(limits.dht_total_rate, limits.dht_total_burst, clock)
         self.newcomers = TokenBucket(limits.newcomer_rate, limits.newcomer_burst, clock)
         self.newcomer_groups: OrderedDict[str, TokenBucket] = OrderedDict()  # subnet -> its share of the budget
@@ -302,7 +306,7 @@ class PeerLimiter:
         if bucket is None:
             lim = self.limits
             rate, burst = {"announce": (lim.announce_rate, lim.announce_burst), "fetch": (lim.fetch_rate, lim.fetch_burst),
-                           "dht": (lim.dht_rate, lim.dht_burst)}[kind]
+                           "dht": (lim.dht_rate, lim.dht_burst), "dialback": (lim.dialback_rate, lim.dialback_burst)}[kind]
             bucket = TokenBucket(rate, burst, self.clock)
         self.buckets[(peer, kind)] = bucket
         while len(self.buckets) > MAX_LIMITED_PEERS:
@@ -368,11 +372,22 @@ class PeerLimiter:
         if len(strikes) < lim.graylist_after:
             return
         del self.strikes[peer]
-        self.gray_until = {p: t for p, t in self.gray_until.items() if t > now}
-        self.gray_until[peer] = now + lim.graylist_s
+        self.gray_until.pop(peer, None)
+        self.gray_until[peer] = now + lim.graylist_s  # one duration for all: ordered by expiry, the expired go first
+        while next(iter(self.gray_until.values())) <= now:
+            self.gray_until.popitem(last=False)
         self.graylisted_total += 1
-        # INFO: never rate-limited (logutil), so every graylisting is in the log; one per peer per graylist_s
-        logger.info("peer %s opened streams over its rate %d times in %.0f s: ignored for %.0f s", peer,
-                       len(strikes), lim.misbehaviour_window_s, lim.graylist_s)
+        # INFO (logutil never rate-limits it) for the first GRAYLIST_LINES a window, so an honest peer's graylisting
+        # is always in the log; beyond, one line a window counts the rest (fresh ids wrote 9 KB/s, red team 12)
+        if now - self.logged_at >= lim.misbehaviour_window_s:
+            if self.unlogged:
+                logger.info("%d more peers were graylisted in the last %.0f s", self.unlogged, now - self.logged_at)
+            self.logged_at, self.lines, self.unlogged = now, 0, 0
+        if self.lines < GRAYLIST_LINES:
+            self.lines += 1
+            logger.info("peer %s opened streams over its rate %d times in %.0f s: ignored for %.0f s", peer,
+                        len(strikes), lim.misbehaviour_window_s, lim.graylist_s)
+        else:
+            self.unlogged += 1
         if self.on_graylist is not None:
             self.on_graylist(peer, lim.graylist_s)
