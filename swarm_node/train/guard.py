@@ -285,9 +285,10 @@ class Guard:
         # offences older than LOCKDOWN_MEMORY are forgotten, as harms are: else an honest peer banned once (it was new
         # in a bad window) was banned again at every later false alarm, up to 10,000 rounds (red team, session 24)
         aged = {p: r for p, r in self.offended_at.items() if round_index - r >= LOCKDOWN_MEMORY}
-        for peer, r in aged.items():  # an offender absent for most rounds since is new again: known, its offence
-            if peer not in self.vouched and 2 * self.presence[peer] < round_index - r:  # forgotten, ids banned once
-                self.known.pop(peer, None)  # came back 200 rounds later unbannable, only refused (red team 10)
+        for peer, r in aged.items():  # an offender absent for most rounds since is new again (known, with its offence
+            # forgotten, ids banned once came back 200 rounds later unbannable, only ever refused: red team 10)
+            if peer not in self.vouched and 2 * self.presence[peer] < round_index - r:
+                self.known.pop(peer, None)
             del self.offended_at[peer], self.presence[peer]
         self.offences = Counter({p: n for p, n in self.offences.items() if p in self.offended_at})
         forgiven = taught & self.vouched.keys()  # this once: not banned, admitted in the lockdown; the offence counts
@@ -303,9 +304,9 @@ class Guard:
         # cut an honest neighbour that was new here off, and the two honest nodes apart for 37 rounds (red team 10)
         suspended = {p for p in blamed & linked if not self.offences[p] and p not in self.suspended_at}
         banned = blamed - suspended
-        for peer in suspended:  # no offence, but the same clock: absent for most of 200 rounds, it is new again (else
-            self.suspended_at[peer], self.offended_at[peer], self.presence[peer] = round_index, round_index, 0  # known:
-            # a linked Sybil suspended once came back unbannable, red team 11)
+        for peer in suspended:  # no offence, but an offender's clock: absent for most of the next 200 rounds, it is new
+            # again, not known (a linked Sybil suspended once came back unbannable: red team 11)
+            self.suspended_at[peer], self.offended_at[peer], self.presence[peer] = round_index, round_index, 0
         for peer in sorted(forgiven | banned):
             self.offences[peer] += 1
             self.offended_at[peer], self.presence[peer] = round_index, 0
