@@ -10,6 +10,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,19 +122,32 @@ def test_dialback_streams_are_limited_per_peer_refused_when_graylisted_and_one_c
         for t in tasks:
             t.cancel()
 
+        crowd = [Silent() for _ in range(3)]  # 3 ids of one subnet: 2 streams at a time (red team 13)
+        crowding = [asyncio.ensure_future(db.handle(f"QmSub{i}", f"/ip4/7.7.7.{i}/tcp/1", s.reader, s))
+                    for i, s in enumerate(crowd)]
+        await asyncio.sleep(0.05)
+        crowded = [s.closed for s in crowd]
+        for t in crowding:
+            t.cancel()
+
         async def slow_probe(ip, port):
             await asyncio.sleep(0.3)
             return False
         db._probe = slow_probe
+        t0 = time.monotonic()
         first = asyncio.ensure_future(_ask_async(db, "QmA", "/ip4/9.9.9.1/tcp/1", {"ports": [4001]}))
         await asyncio.sleep(0.05)
-        same_subnet = await _ask_async(db, "QmB", "/ip4/9.9.9.2/tcp/1", {"ports": [4001]})
         other_subnet = await _ask_async(db, "QmC", "/ip4/8.8.7.2/tcp/1", {"ports": [4001]})
-        return held, gray.closed, (await first)["status"], same_subnet["status"], other_subnet["status"]
+        t_other = time.monotonic() - t0
+        same_subnet = await _ask_async(db, "QmB", "/ip4/9.9.9.2/tcp/1", {"ports": [4001]})  # waits for QmA's check
+        t_same = time.monotonic() - t0
+        return held, gray.closed, crowded, (await first)["status"], same_subnet["status"], other_subnet["status"], \
+            t_other, t_same
 
-    held, gray_closed, first, same_subnet, other_subnet = asyncio.run(go())
-    assert held == 1 and gray_closed
-    assert (first, same_subnet, other_subnet) == ("ok", "busy", "ok")
+    held, gray_closed, crowded, first, same_subnet, other_subnet, t_other, t_same = asyncio.run(go())
+    assert held == 1 and gray_closed and crowded == [False, False, True]
+    assert (first, same_subnet, other_subnet) == ("ok", "ok", "ok")
+    assert t_other < 0.5 and t_same >= 0.6  # another subnet's check runs beside it; the same subnet's after it
 
 
 def test_a_dialback_answer_that_is_malformed_or_a_lone_lie_neither_crashes_nor_decides():
@@ -145,8 +159,10 @@ def test_a_dialback_answer_that_is_malformed_or_a_lone_lie_neither_crashes_nor_d
                 {"status": "ok", "ip": "1.2.3.4\n2026 WARNING forged", "open": [5000]},
                 {"status": "ok", "ip": "1.2.3.4", "open": [22]}, "not a map"):
         assert verdict([bad], [5000]) == (None, None), bad
-    assert verdict([ok, closed, closed], [5000])[0] is False  # one lie against two honest answers
+    assert verdict([ok, closed, closed], [5000]) == (False, "1.2.3.5: ports 5000 closed")  # one lie, two honest
     assert verdict([ok, ok, closed], [5000]) == (True, "1.2.3.4:5000")
+    lan = {"status": "ok", "ip": "192.168.1.20", "open": [5000]}  # a peer on our LAN sees the port open
+    assert verdict([lan, closed], [5000])[0] is False and verdict([lan], [5000])[0] is True
 
 
 async def _ask_async(db: DialbackServer, peer: str, remote: str, request: dict) -> dict:

@@ -738,7 +738,8 @@ def test_fresh_ids_graylisted_one_after_another_cannot_grow_the_log_or_the_mesh(
     lines = [m for m in caplog.messages if "graylisted" in m or "over its rate" in m]
     assert GRAYLIST_LINES <= len(lines) <= 3 * (GRAYLIST_LINES + 1)
     assert any("more peers were graylisted" in m for m in lines) and limiter.graylisted_total == 2001
-    assert set(mesh.retry_at) == {"QmKnown"} and limiter.graylisted("QmFresh1999") and limiter.graylisted("QmKnown")
+    assert set(mesh.retry_at) == set(mesh.benched) == {"QmKnown"}
+    assert limiter.graylisted("QmFresh1999") and limiter.graylisted("QmKnown")
 
 
 def test_a_neighbour_whose_teaching_packet_found_no_room_is_alive_not_credited():

@@ -433,8 +433,8 @@ class Mesh:
         """`peer` misbehaved (streams over its rate): drop it, refuse it and do not dial it until `until`."""
         self.evicted_total += peer in self.neighbors
         self.drop(peer)
-        self.benched[peer] = max(self.benched.get(peer, 0.0), until)
-        if peer in self.known:  # fresh ids graylisted one after another grew it without bound (red team 12)
+        if peer in self.known:  # fresh ids graylisted one after another grew both without bound (red teams 12-13);
+            self.benched[peer] = max(self.benched.get(peer, 0.0), until)  # the limiter refuses them meanwhile
             self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def scores(self) -> dict[str, dict]:

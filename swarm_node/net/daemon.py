@@ -66,7 +66,8 @@ async def start_daemon(cfg: SwarmConfig, identity: bytes, initial: list[tuple[Pe
     reach, how = None, None
     asked = cfg.reachability == "auto" and bool(initial)
     if asked:
-        reach, how = await dialback(p2p, [(p, m) for p, m in initial if str(p) != peer_id][:MAX_ASKED])
+        one_each = {str(p): (p, m) for p, m in reversed(initial) if str(p) != peer_id}  # one vote per peer, the first
+        reach, how = await dialback(p2p, list(reversed(one_each.values()))[:MAX_ASKED])  # address it was given first
         if reach is False and cfg.relay and (cfg.relays or initial):
             await p2p.shutdown()
             mode, p2p = "private", await create_p2p(cfg, identity, "private")

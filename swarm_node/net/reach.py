@@ -28,6 +28,7 @@ import asyncio
 import ipaddress
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +43,8 @@ MAX_PORTS = 4
 MAX_FRAME = 1024
 MIN_ASK_INTERVAL_S = 10.0  # a peer may ask once per 10 s
 MAX_CONCURRENT = 4  # dial-backs in progress at once, for all askers
+SLOT_WAIT_S = 3.0  # an asker waits this long for a check slot before it is answered busy (it waits 10 s in all)
+MAX_STREAMS_PER_SUBNET = 2  # dial-back streams open at once from one public /24 (LAN and loopback: no limit)
 MODES = ("auto", "public", "private")
 
 
@@ -119,13 +122,18 @@ class DialbackServer:
         self.last_ask: dict[str, float] = {}
         self.active = 0
         self.checking: set[str] = set()  # subnets with a check in progress
+        self.streams: Counter[str | None] = Counter()  # open dial-back streams per public subnet
 
     async def handle(self, peer: str, remote_addr: str, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
+        group = self.group_of(remote_addr)
         if self.rates is not None and not self.rates.allow(peer, "dialback") or \
+                group is not None and self.streams[group] >= MAX_STREAMS_PER_SUBNET or \
                 self.limits is not None and not self.limits.admit(peer):
-            writer.close()
+            writer.close()  # 16 silent ids from one IP held every stream (red team 13)
             return
+        if group is not None:
+            self.streams[group] += 1
         try:
             reply = await self._answer(peer, remote_addr, reader)
             writer.write(encode_frame(reply, MAX_FRAME))
@@ -135,6 +143,10 @@ class DialbackServer:
         finally:
             if self.limits is not None:
                 self.limits.release(peer)
+            if group is not None:
+                self.streams[group] -= 1
+                if not self.streams[group]:
+                    del self.streams[group]
             writer.close()
 
     async def _answer(self, peer: str, remote_addr: str, reader: asyncio.StreamReader) -> dict:
@@ -151,8 +163,7 @@ class DialbackServer:
         if ip is None:
             return {"status": "relayed"}
         now, group = time.monotonic(), self.group_of(remote_addr)
-        if now - self.last_ask.get(peer, -MIN_ASK_INTERVAL_S) < MIN_ASK_INTERVAL_S or self.active >= MAX_CONCURRENT \
-                or group in self.checking:
+        if now - self.last_ask.get(peer, -MIN_ASK_INTERVAL_S) < MIN_ASK_INTERVAL_S or not await self._slot(group):
             return {"status": "busy"}
         self.last_ask[peer] = now
         if len(self.last_ask) > 1024:
@@ -166,6 +177,16 @@ class DialbackServer:
             self.active -= 1
             self.checking.discard(group)
         return {"status": "ok", "ip": ip, "open": [p for p, ok in zip(ports, results) if ok]}
+
+    async def _slot(self, group: str | None) -> bool:
+        """Wait up to SLOT_WAIT_S for one of the MAX_CONCURRENT checks, and for our subnet's one (answering `busy`
+        at once told a second newcomer behind the same NAT to start not knowing it was behind one; red team 13)."""
+        deadline = time.monotonic() + SLOT_WAIT_S
+        while self.active >= MAX_CONCURRENT or group in self.checking:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     async def _probe(self, ip: str, port: int) -> bool:
         try:
@@ -200,11 +221,14 @@ def verdict(answers: list, ports: list[int]) -> tuple[bool | None, str | None]:
             checked.append((str(ipaddress.ip_address(a.get("ip"))), a["open"]))
         except ValueError:
             continue
+    if any(ipaddress.ip_address(ip).is_global for ip, _ in checked):  # a peer on our LAN sees what the world does not
+        checked = [(ip, found) for ip, found in checked if ipaddress.ip_address(ip).is_global]
     opened = [(ip, found) for ip, found in checked if found]
     if checked and 2 * len(opened) > len(checked):
         return True, f"{opened[0][0]}:{opened[0][1][0]}"
     if checked:
-        return False, f"{checked[0][0]}: ports {', '.join(map(str, ports))} closed"
+        closed = next(ip for ip, found in checked if not found)
+        return False, f"{closed}: ports {', '.join(map(str, ports))} closed"
     return None, None
 
 

@@ -374,11 +374,11 @@ class PeerLimiter:
         del self.strikes[peer]
         self.gray_until.pop(peer, None)
         self.gray_until[peer] = now + lim.graylist_s  # one duration for all: ordered by expiry, the expired go first
-        while next(iter(self.gray_until.values())) <= now:
+        while self.gray_until and next(iter(self.gray_until.values())) <= now:
             self.gray_until.popitem(last=False)
         self.graylisted_total += 1
-        # INFO (logutil never rate-limits it) for the first GRAYLIST_LINES a window, so an honest peer's graylisting
-        # is always in the log; beyond, one line a window counts the rest (fresh ids wrote 9 KB/s, red team 12)
+        # INFO (logutil never rate-limits it) for the first GRAYLIST_LINES a window; beyond, one line counts the rest,
+        # written at the next graylisting of a later window (fresh ids wrote 9 KB/s, red team 12)
         if now - self.logged_at >= lim.misbehaviour_window_s:
             if self.unlogged:
                 logger.info("%d more peers were graylisted in the last %.0f s", self.unlogged, now - self.logged_at)
