@@ -112,9 +112,10 @@ class DialbackServer:
 
     `rates` (scores.PeerLimiter) and `limits` (fetch.StreamLimits), when given, judge each stream before
     anything is read, as for the other protocols: without them one id, graylisted or not, held 1,500 silent
-    dial-back streams (and fds) at once. `group_of(addr)` (scores.subnet_of) names the asker's subnet: one
-    check at a time per subnet, so 14 cheap ids that each held a slot for the connect timeout no longer
-    answered every honest newcomer `busy` (red team 12)."""
+    dial-back streams (and fds) at once. `group_of(addr)` (scores.subnet_of) names the asker's subnet: at most
+    MAX_STREAMS_PER_SUBNET streams and one check at a time per subnet (others wait up to SLOT_WAIT_S), so 14
+    cheap ids that each held a check for the connect timeout no longer answered every honest newcomer `busy`
+    (red teams 12-13)."""
 
     def __init__(self, connect_timeout: float = DIALBACK_CONNECT_S, rates=None, limits=None,
                  group_of: Callable[[str], str | None] = lambda addr: None):
@@ -135,7 +136,7 @@ class DialbackServer:
         if group is not None:
             self.streams[group] += 1
         try:
-            reply = await self._answer(peer, remote_addr, reader)
+            reply = await self._answer(peer, remote_addr, group, reader)
             writer.write(encode_frame(reply, MAX_FRAME))
             await writer.drain()
         except Exception as e:
@@ -149,7 +150,7 @@ class DialbackServer:
                     del self.streams[group]
             writer.close()
 
-    async def _answer(self, peer: str, remote_addr: str, reader: asyncio.StreamReader) -> dict:
+    async def _answer(self, peer: str, remote_addr: str, group: str | None, reader: asyncio.StreamReader) -> dict:
         try:
             n = frame_length(await asyncio.wait_for(reader.readexactly(4), DIALBACK_CONNECT_S), MAX_FRAME)
             request = decode_frame_body(await asyncio.wait_for(reader.readexactly(n), DIALBACK_CONNECT_S))
@@ -162,7 +163,7 @@ class DialbackServer:
         ip = observed_ip(remote_addr)
         if ip is None:
             return {"status": "relayed"}
-        now, group = time.monotonic(), self.group_of(remote_addr)
+        now = time.monotonic()
         if now - self.last_ask.get(peer, -MIN_ASK_INTERVAL_S) < MIN_ASK_INTERVAL_S or not await self._slot(group):
             return {"status": "busy"}
         self.last_ask[peer] = now
@@ -218,11 +219,11 @@ def verdict(answers: list, ports: list[int]) -> tuple[bool | None, str | None]:
                 or not all(type(p) is int and p in ports for p in a["open"]):
             continue
         try:
-            checked.append((str(ipaddress.ip_address(a.get("ip"))), a["open"]))
+            checked.append((ipaddress.ip_address(a.get("ip")), a["open"]))
         except ValueError:
             continue
-    if any(ipaddress.ip_address(ip).is_global for ip, _ in checked):  # a peer on our LAN sees what the world does not
-        checked = [(ip, found) for ip, found in checked if ipaddress.ip_address(ip).is_global]
+    if any(ip.is_global for ip, _ in checked):  # a peer on our LAN sees what the world does not
+        checked = [(ip, found) for ip, found in checked if ip.is_global]
     opened = [(ip, found) for ip, found in checked if found]
     if checked and 2 * len(opened) > len(checked):
         return True, f"{opened[0][0]}:{opened[0][1][0]}"

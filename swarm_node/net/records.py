@@ -292,7 +292,7 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
 async def send_announcement(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, obj: dict) -> tuple[dict, int, int]:
     """Client side: write our announcement frame, read the reply frame. (reply, bytes out, bytes in);
     I/O and frame errors raise; the caller bounds the call in time."""
-    frame = encode_frame(fitted(obj), MAX_ANNOUNCE_BYTES)
+    frame = encode_fitted(obj)
     writer.write(frame)
     await writer.drain()
     n = frame_length(await reader.readexactly(4), MAX_ANNOUNCE_BYTES)
@@ -310,20 +310,24 @@ async def serve_announcement(reader: asyncio.StreamReader, writer: asyncio.Strea
         reply, size_in = answer(obj), 4 + n
     except FrameError:
         reply, size_in = {"status": STATUS_REFUSED, "reason": "bad_request"}, 4
-    frame = encode_frame(fitted(reply), MAX_ANNOUNCE_BYTES)
+    frame = encode_fitted(reply)
     writer.write(frame)
     await writer.drain()
     return size_in, len(frame)
 
 
-def fitted(obj: dict) -> dict:
-    """`obj` with its peer-exchange sample cut, last entries first, until it fits one announcement frame:
-    hearsay of long addresses made every announcement we sent, and every answer, too large to encode, which
-    cut a node off from its honest peers (red team 12)."""
+def encode_fitted(obj: dict) -> bytes:
+    """`obj` as one announcement frame, its peer-exchange sample cut, last entries first, until it fits (packed
+    once when it does): hearsay of long addresses made every announcement we sent, and every answer, too large
+    to encode, which cut a node off from its honest peers (red team 12)."""
     peers = list(obj.get("peers") or [])
-    while peers and frame_size({**obj, "peers": peers}) - 4 > MAX_ANNOUNCE_BYTES:
-        peers.pop()
-    return {**obj, "peers": peers} if "peers" in obj else obj
+    while True:
+        try:
+            return encode_frame({**obj, "peers": peers} if "peers" in obj else obj, MAX_ANNOUNCE_BYTES)
+        except FrameError:
+            if not peers:
+                raise
+            peers.pop()
 
 
 def frame_size(obj: dict) -> int:
