@@ -16,7 +16,8 @@ from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
 from swarm_node.net.announce import STARVING_BENCH_S, Mesh
 from swarm_node.net.knockers import TRIAL_FETCH_S, TRIAL_S
-from swarm_node.net.scores import MeshParams, best_outbound, subnet_of
+from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, SILENT_BENCH_S, MeshParams, bench_s, best_outbound,
+                                   subnet_of)
 from swarm_node.status import read_status
 
 ADDR = ["/ip4/127.0.0.1/tcp/1"]
@@ -175,6 +176,28 @@ def test_a_graylisted_neighbour_is_dropped_refused_and_not_dialled():
     mesh.graylist("QmA", 100.0)
     assert "QmA" not in mesh.neighbors and mesh.receive("QmA", _ann(), 50.0)["status"] == "full"
     assert mesh.candidates(5, 50.0) == [] and mesh.candidates(5, 100.0) == [("QmA", ADDR)]
+
+
+def test_an_idle_neighbour_gone_silent_is_benched_briefly_one_that_keeps_talking_for_a_minute():
+    """A partition makes neighbours idle on both sides of the cut, and silent: each side benched the other for
+    60 s, and the cut node took a packet 19 rounds after a 20 s cut healed (chaos soak, CI, session 32). One
+    that keeps announcing while it delivers nothing holds a slot: a minute. Each waits twice as long next time."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    for peer in ("QmTalks", "QmSilent", "QmFed"):
+        assert mesh.receive(peer, _ann(), 1.0)["status"] == "ok"
+    for r in range(2, 2 + IDLE_ROUNDS):  # rounds pass: QmTalks keeps announcing, QmSilent is cut off, QmFed delivers
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        mesh.receive("QmTalks", _ann(r), float(r))
+        mesh.credit("QmFed", float(r))
+    now = float(1 + IDLE_ROUNDS)
+    assert not mesh.starving(now) and sorted(mesh.evict(now)) == ["QmSilent", "QmTalks"]
+    assert mesh.benched == {"QmTalks": now + IDLE_BENCH_S, "QmSilent": now + SILENT_BENCH_S}
+    assert mesh.receive("QmSilent", _ann(), now + SILENT_BENCH_S - 1)["status"] == "full"  # benched: refused ...
+    assert mesh.receive("QmSilent", _ann(), now + SILENT_BENCH_S)["status"] == "ok"  # ... then back, on both sides
+    assert mesh.receive("QmTalks", _ann(), now + SILENT_BENCH_S)["status"] == "full"
+    assert bench_s(2, silent=True) == 2 * SILENT_BENCH_S and bench_s(20, silent=True) == MAX_IDLE_BENCH_S
 
 
 def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_never_delivered():

@@ -28,8 +28,8 @@ from swarm_node.net.fetch import MISMATCH, OVERSIZE
 from swarm_node.net.knockers import Knockers
 from swarm_node.net.records import (MAX_ADDRS, MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED,
                                     Announcement, RecordError, make_announcement, parse_announcement, parse_peer_exchange)
-from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor,
-                                   Score, crowded, subnet_of, yielding)
+from swarm_node.net.scores import (STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor, Score, bench_s, crowded, subnet_of,
+                                   yielding)
 
 logger = logging.getLogger(__name__)
 
@@ -413,16 +413,16 @@ class Mesh:
         return self.neighbors[peer].score.credits == 0 and peer not in self.initial
 
     def _bench(self, peer: str, now: float) -> None:
-        """Drop `peer` and refuse it for IDLE_BENCH_S, doubling with each eviction up to MAX_IDLE_BENCH_S;
-        while starving, for STARVING_BENCH_S (the starving rules act after 2 rounds: an honest peer
-        that stalled and restarts must get back; the stall/kill/resume test's B was benched 60 s)."""
+        """Drop `peer` and refuse it for `scores.bench_s` (60 s, or 10 s if silent too, doubling per eviction); while
+        starving, STARVING_BENCH_S (an honest peer that stalled and restarts must get back: one was benched 60 s)."""
+        silent = peer in self.neighbors and self.neighbors[peer].heard_at < now - self.params.idle_s
         self.drop(peer)
         self.evicted_total += 1
         if self.starving(now):
             self.benched[peer] = now + STARVING_BENCH_S
         else:
             self.evictions[peer] += 1
-            self.benched[peer] = now + min(MAX_IDLE_BENCH_S, IDLE_BENCH_S * 2 ** (self.evictions[peer] - 1))
+            self.benched[peer] = now + bench_s(self.evictions[peer], silent)
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
         if len(self.benched) > MAX_KNOWN:
             self.benched = {p: t for p, t in self.benched.items() if t > now}

@@ -44,6 +44,7 @@ from swarm_node.net.reach import observed_ip
 logger = logging.getLogger(__name__)
 
 IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
+SILENT_BENCH_S = 10.0  # ... one silent as well (its link down) for 10, 20, 40 ... 600 s (bench_s)
 STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
 STARVING_S = 10.0  # ... and seconds (a node racing through rounds to catch up evicted its honest peer after 2 s)
 USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
@@ -110,6 +111,14 @@ class MeshParams:
     def for_config(cls, k: int, cfg: SwarmConfig) -> MeshParams:
         """A node's mesh for k packets a round under `cfg`: its record ttl, packet size limit and fetch window."""
         return cls.for_peers(k, cfg.record_ttl_s, cfg.max_packet_bytes, max(cfg.staleness, cfg.max_lag))
+
+
+def bench_s(evictions: int, silent: bool) -> float:
+    """How long an idle neighbour evicted for the `evictions`-th time is refused. `silent`: nothing heard from it
+    for idle_s either: its link is down (a partition, a crash, a freeze), not a slot held without delivering, and a
+    link that comes back comes back on both sides (CI, session 32: in a 20 s partition each side benched the other
+    for 60 s, and the cut node took a packet 19 rounds after the heal). A silent id evicted again waits twice as long."""
+    return min(MAX_IDLE_BENCH_S, (SILENT_BENCH_S if silent else IDLE_BENCH_S) * 2 ** (evictions - 1))
 
 
 @dataclass
