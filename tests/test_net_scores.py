@@ -178,26 +178,54 @@ def test_a_graylisted_neighbour_is_dropped_refused_and_not_dialled():
     assert mesh.candidates(5, 50.0) == [] and mesh.candidates(5, 100.0) == [("QmA", ADDR)]
 
 
-def test_an_idle_neighbour_gone_silent_is_benched_briefly_one_that_keeps_talking_for_a_minute():
+def test_an_idle_neighbour_gone_silent_after_delivering_is_benched_briefly_others_for_a_minute():
     """A partition makes neighbours idle on both sides of the cut, and silent: each side benched the other for
     60 s, and the cut node took a packet 19 rounds after a 20 s cut healed (chaos soak, CI, session 32). One
-    that keeps announcing while it delivers nothing holds a slot: a minute. Each waits twice as long next time."""
+    that keeps announcing while it delivers nothing holds a slot: a minute; so does one that never delivered and
+    let our pushes hang (red team 14: else empty Sybils chose the short bench). Each waits twice as long next time."""
     mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
     mesh.measuring = True
     mesh.set_own("m", "t", 1, 1, [], ADDR)
-    for peer in ("QmTalks", "QmSilent", "QmFed"):
+    for peer in ("QmTalks", "QmCut", "QmEmpty", "QmFed"):
         assert mesh.receive(peer, _ann(), 1.0)["status"] == "ok"
-    for r in range(2, 2 + IDLE_ROUNDS):  # rounds pass: QmTalks keeps announcing, QmSilent is cut off, QmFed delivers
+    mesh.credit("QmCut", 1.0)  # it delivered once, then the link went down
+    for r in range(2, 2 + IDLE_ROUNDS):  # rounds pass: QmTalks keeps announcing, QmCut and QmEmpty are silent
         mesh.set_own("m", "t", r, 1, [], ADDR)
         mesh.receive("QmTalks", _ann(r), float(r))
         mesh.credit("QmFed", float(r))
-    now = float(1 + IDLE_ROUNDS)
-    assert not mesh.starving(now) and sorted(mesh.evict(now)) == ["QmSilent", "QmTalks"]
-    assert mesh.benched == {"QmTalks": now + IDLE_BENCH_S, "QmSilent": now + SILENT_BENCH_S}
-    assert mesh.receive("QmSilent", _ann(), now + SILENT_BENCH_S - 1)["status"] == "full"  # benched: refused ...
-    assert mesh.receive("QmSilent", _ann(), now + SILENT_BENCH_S)["status"] == "ok"  # ... then back, on both sides
+    now = float(2 + IDLE_ROUNDS)
+    mesh.set_own("m", "t", 2 + IDLE_ROUNDS, 1, [], ADDR)
+    assert not mesh.starving(now) and sorted(mesh.evict(now)) == ["QmCut", "QmEmpty", "QmTalks"]
+    assert mesh.benched == {"QmTalks": now + IDLE_BENCH_S, "QmEmpty": now + IDLE_BENCH_S, "QmCut": now + SILENT_BENCH_S}
+    assert mesh.receive("QmCut", _ann(), now + SILENT_BENCH_S - 1)["status"] == "full"  # benched: refused ...
+    assert mesh.receive("QmCut", _ann(), now + SILENT_BENCH_S)["status"] == "ok"  # ... then back, on both sides
     assert mesh.receive("QmTalks", _ann(), now + SILENT_BENCH_S)["status"] == "full"
     assert bench_s(2, silent=True) == 2 * SILENT_BENCH_S and bench_s(20, silent=True) == MAX_IDLE_BENCH_S
+
+
+def test_an_empty_neighbour_that_leaves_and_comes_back_keeps_its_idle_clock():
+    """Red team 14: a neighbour that never delivered left by any door but an eviction (a `leaving` announcement,
+    a bad request, a `full` answer, 3 failed pushes) just before its idle verdict, came back at once with a fresh
+    clock, and held its slot for 100 % of 30 min. It now comes back with the clock it left with, and goes at the
+    first verdict due; one that delivered comes back with a fresh clock (an honest peer restarting)."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    for peer in ("QmEmpty", "QmHonest", "QmFed"):
+        assert mesh.receive(peer, _ann(), 1.0)["status"] == "ok"
+    mesh.credit("QmHonest", 1.0)
+    for r in range(2, 1 + IDLE_ROUNDS):  # up to one round before the empty one's verdict
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        mesh.credit("QmFed", float(r))
+    for peer in ("QmEmpty", "QmHonest"):  # both leave, and are back at once
+        mesh.receive(peer, {**_ann(), "leaving": True}, float(IDLE_ROUNDS))
+        assert peer not in mesh.neighbors and mesh.receive(peer, _ann(), IDLE_ROUNDS + 0.5)["status"] == "ok"
+    mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)  # the empty one's verdict is due
+    mesh.credit("QmFed", 1.0 + IDLE_ROUNDS)
+    assert mesh.evict(1.0 + IDLE_ROUNDS) == ["QmEmpty"] and "QmHonest" in mesh.neighbors
+    # back after EMPTY_MEMORY_S, a fresh clock (and what an eviction benches it for comes first)
+    later = 1.0 + IDLE_ROUNDS + IDLE_BENCH_S
+    assert mesh.receive("QmEmpty", _ann(), later)["status"] == "ok" and mesh.evict(later) == []
 
 
 def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_never_delivered():

@@ -7,13 +7,10 @@ with its own and pulls packets by digest (IWANT): about 4 D small frames a round
 Mesh (the state, pure and synchronous, shared by every transport), MeshDriver (driver.py: push, keepalive,
 dial, read members), Knockers (knockers.py: peers answered "full" that offered packets).
 
-Who may be a neighbor: a peer whose announcement passes `Mesh.judge` (same run and packet
-protocol; if it offers anything, at least one offer we would fetch), while we have fewer than
-D + 2 neighbors of which at most D + 2 - out_quota dialled us; otherwise we answer "full" with a
-sample of our peers (peer exchange). What a peer says of itself (its degree) never keeps or costs
-it a slot: over D, and whenever a candidate waits, the neighbors that delivered no accepted packet
-for a few of our rounds go first, never the out_quota outbound ones we picked (`scores.py`). No
-hivemind here (protocol/SPEC.md section 11).
+Who may be a neighbor: a peer whose announcement passes `Mesh.judge`, while we have fewer than D + 2 of which
+at most D + 2 - out_quota dialled us; else we answer "full" with a sample of our peers (peer exchange). What a
+peer says of itself never keeps or costs it a slot: idle neighbours go first, never the out_quota outbound ones
+we picked (`scores.py`). No hivemind here (protocol/SPEC.md section 11).
 """
 
 from __future__ import annotations
@@ -28,8 +25,8 @@ from swarm_node.net.fetch import MISMATCH, OVERSIZE
 from swarm_node.net.knockers import Knockers
 from swarm_node.net.records import (MAX_ADDRS, MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED,
                                     Announcement, RecordError, make_announcement, parse_announcement, parse_peer_exchange)
-from swarm_node.net.scores import (STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor, Score, bench_s, crowded, subnet_of,
-                                   yielding)
+from swarm_node.net.scores import (EMPTY_MEMORY_S, STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor, Score, bench_s,
+                                   crowded, subnet_of, yielding)
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +66,7 @@ class Mesh:
         self.measuring = False  # packets are credited (an exchange runs): only then is a neighbor ever idle
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
+        self.left: dict[str, tuple[int, float]] = {}  # neighbour gone without delivering -> its (round, time) of joining
         self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
         self.knockers = Knockers()  # refused peers whose announcement offered packets: tried by fetch while starving
         self.false_offers: OrderedDict[str, None] = OrderedDict()  # peers an offer of which we failed to fetch
@@ -124,8 +122,9 @@ class Mesh:
         peer = ann.info.peer_id
         n = self.neighbors.get(peer)
         if n is None:  # its group is fixed now: a neighbour that later connects from elsewhere still counts here
-            n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, self.round, now), addr=addr,
-                                                group=group)
+            since = self.left.pop(peer, None)  # an empty neighbour back soon: its idle clock goes on
+            since = since if since is not None and now - since[1] < EMPTY_MEMORY_S else (self.round, now)
+            n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, *since), addr=addr, group=group)
         n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
         if ann.seq >= n.seq:
             n.info, n.seq = ann.info, ann.seq
@@ -136,7 +135,13 @@ class Mesh:
         self.learn(ann.peers, hearsay=True)
 
     def drop(self, peer: str) -> None:
-        self.neighbors.pop(peer, None)
+        """`peer` is no neighbour now. One that never delivered keeps its idle clock for EMPTY_MEMORY_S (`_admit`):
+        leaving by any door and coming back restarted it (red team 14: one empty id held a slot 100 % of 30 min)."""
+        n = self.neighbors.pop(peer, None)
+        if n is not None and n.score is not None and not n.score.delivered():
+            self.left[peer] = (n.score.since_round, n.score.since_t)
+            if len(self.left) > MAX_KNOWN:
+                del self.left[next(iter(self.left))]
 
     def learn(self, peers: list[tuple[str, list[str]]], hearsay: bool = False) -> None:
         """Remember candidates, newest last. Addresses given for an initial peer, an anchor, or by a peer (or its
@@ -413,16 +418,14 @@ class Mesh:
         return self.neighbors[peer].score.credits == 0 and peer not in self.initial
 
     def _bench(self, peer: str, now: float) -> None:
-        """Drop `peer` and refuse it for `scores.bench_s` (60 s, or 10 s if silent too, doubling per eviction); while
-        starving, STARVING_BENCH_S (an honest peer that stalled and restarts must get back: one was benched 60 s)."""
-        silent = peer in self.neighbors and self.neighbors[peer].heard_at < now - self.params.idle_s
+        """Drop `peer`, refuse it for `scores.bench_s` (60 s, 10 s if it delivered, then went silent; doubling per
+        eviction); starving, STARVING_BENCH_S (an honest peer that stalled and restarts must get back)."""
+        silent = peer in self.neighbors and self.neighbors[peer].silent(now, self.params.idle_s)
         self.drop(peer)
         self.evicted_total += 1
-        if self.starving(now):
-            self.benched[peer] = now + STARVING_BENCH_S
-        else:
-            self.evictions[peer] += 1
-            self.benched[peer] = now + bench_s(self.evictions[peer], silent)
+        starving = self.starving(now)
+        self.evictions[peer] += not starving
+        self.benched[peer] = now + (STARVING_BENCH_S if starving else bench_s(self.evictions[peer], silent))
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
         if len(self.benched) > MAX_KNOWN:
             self.benched = {p: t for p, t in self.benched.items() if t > now}
@@ -448,12 +451,10 @@ class Mesh:
         return {p for p, n in self.neighbors.items() if n.score.credits}
 
     def candidates(self, n: int, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
-        """Up to n peers to dial, at random among those known; first the anchors (the best outbound
-        neighbours of our last run) while we have fewer than out_quota outbound, then initial peers
-        while we have no neighbor at all (a bootstrap node everyone names in `--peers` must not be
-        dialled by every node that runs short; a starving one, see `rescue`). Cut off (no neighbor),
-        every candidate is retried within ISOLATED_RETRY_S: a node finds its way back soon after a
-        partition heals."""
+        """Up to n peers to dial, at random among those known; first the anchors (our last run's best outbound) while
+        we have fewer than out_quota outbound, then initial peers while we have no neighbor at all (not whenever
+        short: everyone names the bootstrap node; a starving node, see `rescue`). Cut off (no neighbor), every
+        candidate is retried within ISOLATED_RETRY_S: a node finds its way back soon after a partition heals."""
         if not self.neighbors:
             soon = now + ISOLATED_RETRY_S
             for p, t in self.retry_at.items():
@@ -467,12 +468,10 @@ class Mesh:
         return [(p, self.known[p]) for p in picked]
 
     def rescue(self, now: float, busy: set[str] = frozenset()) -> list[tuple[str, list[str]]]:
-        """Starving, the peers to dial even while our slots are full (of Sybils): one initial peer, the
-        knockers whose packets we took without a slot (`trials`), newest first, then the others in the
-        order they first knocked, each once (it knocks again to be dialled again); out_quota at a time,
-        none while out_quota neighbours beyond max_degree are ours, and knockers that only offered
-        while none is (pruned back to D later). 256 Sybil ids that answered `ok` held every extra slot
-        while the honest peer waited its turn; one is now kept for the proven."""
+        """Starving, the peers to dial even while our slots are full (of Sybils): one initial peer, the knockers whose
+        packets we took without a slot (`trials`), newest first, then the others in the order they first knocked,
+        each once; out_quota at a time, none while out_quota beyond max_degree are ours, and knockers that only
+        offered while none is (256 Sybil ids held every extra slot; one is now kept for the proven)."""
         cap = self.params.max_degree + self.params.out_quota
         if not self.starving(now) or len(self.neighbors) >= cap:
             return []

@@ -44,7 +44,8 @@ from swarm_node.net.reach import observed_ip
 logger = logging.getLogger(__name__)
 
 IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
-SILENT_BENCH_S = 10.0  # ... one silent as well (its link down) for 10, 20, 40 ... 600 s (bench_s)
+EMPTY_MEMORY_S = IDLE_BENCH_S  # a neighbour that left before it delivered, back within this: its idle clock goes on
+SILENT_BENCH_S = 10.0  # ... one that delivered, then fell silent (its link down) for 10, 20, 40 ... 600 s (bench_s)
 STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
 STARVING_S = 10.0  # ... and seconds (a node racing through rounds to catch up evicted its honest peer after 2 s)
 USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
@@ -114,10 +115,11 @@ class MeshParams:
 
 
 def bench_s(evictions: int, silent: bool) -> float:
-    """How long an idle neighbour evicted for the `evictions`-th time is refused. `silent`: nothing heard from it
-    for idle_s either: its link is down (a partition, a crash, a freeze), not a slot held without delivering, and a
-    link that comes back comes back on both sides (CI, session 32: in a 20 s partition each side benched the other
-    for 60 s, and the cut node took a packet 19 rounds after the heal). A silent id evicted again waits twice as long."""
+    """How long an idle neighbour evicted for the `evictions`-th time is refused. `silent`: it delivered, then
+    nothing was heard from it for idle_s: its link is down (a partition, a crash, a freeze), not a slot held without
+    delivering, and a link that comes back comes back on both sides (CI, session 32: in a 20 s partition each side
+    benched the other for 60 s, and the cut node took a packet 19 rounds after the heal). Only after a delivery: an
+    empty Sybil that let our pushes hang got 10 s too (red team 14). Evicted again, it waits twice as long."""
     return min(MAX_IDLE_BENCH_S, (SILENT_BENCH_S if silent else IDLE_BENCH_S) * 2 ** (evictions - 1))
 
 
@@ -132,6 +134,10 @@ class Neighbor:
     score: Score | None = None  # what we measured of it (set when it is admitted)
     addr: str | None = None  # the remote address of its connection when it was admitted, as our transport saw it
     group: str | None = None  # what it counts in for the per-subnet limit (scores.subnet_of of addr; None: nothing)
+
+    def silent(self, now: float, idle_s: float) -> bool:
+        """It delivered since it joined, then nothing was heard from it for idle_s: its link is down (`bench_s`)."""
+        return self.score is not None and self.score.delivered() and self.heard_at < now - idle_s
 
 
 def load_anchors(path: Path | None) -> dict[str, list[str]]:
