@@ -5,6 +5,7 @@ the flood test is test_net_flood.py, anchors across a restart test_net_hivemind.
 from __future__ import annotations
 
 import os
+import dataclasses
 import random
 import subprocess
 import sys
@@ -226,6 +227,28 @@ def test_an_empty_neighbour_that_leaves_and_comes_back_keeps_its_idle_clock():
     # back after EMPTY_MEMORY_S, a fresh clock (and what an eviction benches it for comes first)
     later = 1.0 + IDLE_ROUNDS + IDLE_BENCH_S
     assert mesh.receive("QmEmpty", _ann(), later)["status"] == "ok" and mesh.evict(later) == []
+
+
+def test_a_slot_an_idle_neighbour_vacated_stays_its_subnets_until_its_bench_ends():
+    """Red team 14: ids are free, so a bench never held fresh Sybils back: each empty id evicted was replaced by a
+    fresh one of the same subnets, and 2 subnets' Sybils held every inbound slot (an honest newcomer got none in
+    12 of 12 phases). A slot an idle neighbour vacated now stays its subnet's until that neighbour's bench ends."""
+    mesh = Mesh("QmV", "r", 1, dataclasses.replace(_params(), per_subnet=2), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    sybil = "/ip4/11.12.0.{}/tcp/1".format
+    assert mesh.receive("QmFed", _ann(), 1.0, addr="/ip4/10.0.0.2/tcp/1")["status"] == "ok"  # a LAN peer: no group
+    for i in (1, 2):
+        assert mesh.receive(f"QmSybil{i}", _ann(), 1.0, addr=sybil(i))["status"] == "ok"
+    assert mesh.receive("QmSybil3", _ann(), 1.0, addr=sybil(3))["status"] == "full"  # the /24's share is 2
+    for r in range(2, 2 + IDLE_ROUNDS):
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+        mesh.credit("QmFed", float(r))
+    now = float(1 + IDLE_ROUNDS)
+    assert not mesh.starving(now) and sorted(mesh.evict(now)) == ["QmSybil1", "QmSybil2"]
+    assert mesh.receive("QmSybil4", _ann(), now + 1, addr=sybil(4))["status"] == "full"  # fresh id, same /24: held
+    assert mesh.receive("QmH", _ann(), now + 1, addr="/ip4/11.13.0.1/tcp/1")["status"] == "ok"  # another subnet's
+    assert mesh.receive("QmSybil4", _ann(), now + IDLE_BENCH_S, addr=sybil(4))["status"] == "ok"  # after the bench
 
 
 def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_never_delivered():
@@ -550,7 +573,10 @@ def test_subnet_of_groups_by_24_or_32_relay_or_unreadable_and_exempts_private_ad
     for wrapped in ("/ip6/::ffff:11.12.0.7/tcp/1", "/ip6/2002:b0c:7::1/tcp/1", "/ip6/64:ff9b::b0c:7/tcp/1"):
         assert subnet_of(wrapped) == "11.12.0.0/24", wrapped
     assert subnet_of("/ip6/2001:0:4136:e378:8000:63bf:f4f3:fff8/udp/1") == "11.12.0.0/24"  # Teredo, client 11.12.0.7
-    assert subnet_of("/ip4/11.12.0.7/tcp/1/p2p/QmRelay/p2p-circuit") == "relay:QmRelay"
+    # relayed: the relay's /24 (relay ids are free: 100 relay ids on one host made 100 groups), else the relay's id
+    assert subnet_of("/ip4/11.12.0.7/tcp/1/p2p/QmRelay/p2p-circuit") == "relay:11.12.0.0/24"
+    assert subnet_of("/ip4/11.12.0.9/tcp/2/p2p/QmRelay2/p2p-circuit") == "relay:11.12.0.0/24"
+    assert subnet_of("/ip4/10.1.0.2/tcp/1/p2p/QmRelay/p2p-circuit") == subnet_of("/p2p/QmRelay/p2p-circuit") == "relay:QmRelay"
     assert subnet_of("/ip4/not-an-ip/tcp/1") == subnet_of("/dns4/example.org/tcp/1") == "?"  # unreadable: limited
     for exempt in ("/ip4/127.0.0.1/tcp/1", "/ip4/10.1.0.2/tcp/1", "/ip4/192.168.1.4/tcp/1", "/ip4/172.17.0.3/tcp/1",
                    "/ip4/100.64.0.9/tcp/1", "/ip6/::1/tcp/1", "/ip6/fd00::1/tcp/1", "/ip6/::ffff:10.0.0.1/tcp/1",

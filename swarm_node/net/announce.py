@@ -67,6 +67,7 @@ class Mesh:
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
         self.left: dict[str, tuple[int, float]] = {}  # neighbour gone without delivering -> its (round, time) of joining
+        self.vacated: dict[str, tuple[str, float]] = {}  # idle neighbour evicted -> (its group, its bench's end)
         self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
         self.knockers = Knockers()  # refused peers whose announcement offered packets: tried by fetch while starving
         self.false_offers: OrderedDict[str, None] = OrderedDict()  # peers an offer of which we failed to fetch
@@ -209,7 +210,7 @@ class Mesh:
             return True
         if self.benched.get(peer, 0.0) > now:
             return False
-        if crowded(self.neighbors, self.params, group):
+        if crowded(self.neighbors, self.params, group, self.vacated, now):
             self.refused["subnet"] += 1
             return False
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
@@ -222,11 +223,10 @@ class Mesh:
         return gone is not None
 
     def offering(self, peer: str, offers: list | None = None) -> bool:
-        """`peer` announces (in `offers`, else its latest announcement) a packet for a round we would fetch, none
-        of its offers failed to fetch since it last delivered, and, a neighbour, it delivered or joined in this
-        round: a producer, as far as we can tell without fetching. An empty Sybil offers nothing; one offering
-        what it does not serve is found out by a fetch, or by a round without a delivery (an offer answered
-        `busy`, stalled, or one we hold already is never fetched: red team, session 13)."""
+        """`peer` announces (in `offers`, else its latest announcement) a packet for a round we would fetch, none of
+        its offers failed to fetch since it last delivered, and, a neighbour, it delivered or joined in this round:
+        a producer, as far as we can tell without fetching (one offering what it does not serve is found out by a
+        fetch, or by a round without a delivery: an offer answered `busy` or stalled is never fetched)."""
         n = self.neighbors.get(peer)
         if n is not None and n.score.since_round < self.round and not n.score.delivered():
             return False
@@ -236,9 +236,8 @@ class Mesh:
                                                      and o[1] not in ours for o in offers)
 
     def fetched(self, peer: str, reason: str) -> None:
-        """A fetch from `peer` ended with `reason` ("ok", or why not). A neighbour's offer that came back
-        not found, mismatched or oversize counts as offering nothing until it delivers (its slot is
-        no longer kept for it); a knocker's turn is over (`Knockers.fetched`)."""
+        """A fetch from `peer` ended with `reason` ("ok", or why not). A neighbour's offer that came back not found,
+        mismatched or oversize: it offers nothing until it delivers; a knocker's turn is over (`Knockers.fetched`)."""
         if peer not in self.neighbors:
             self.knockers.fetched(peer, ok=reason == "ok")
         elif reason in FALSE_OFFER:
@@ -247,8 +246,7 @@ class Mesh:
                 self.false_offers.popitem(last=False)
 
     def trials(self, now: float) -> list[PeerInfo]:
-        """Starving, the knockers to fetch from as if they were neighbours (`Knockers.turn`): a packet
-        proves a producer without giving it a slot first (harness/eclipse_sim.py)."""
+        """Starving, the knockers to fetch from as if they were neighbours (`Knockers.turn`): a packet proves a producer."""
         if not self.starving(now):
             self.knockers.pause()
             return []
@@ -278,8 +276,7 @@ class Mesh:
         """Apply `peer`'s answer (its stream came from `addr`); returns ok | full | refused | bad_reply."""
         self.anchors.pop(peer, None)  # an anchor is dialled first once; afterwards it is a candidate like others
         if peer not in self.neighbors and self.benched.get(peer, 0.0) > now:
-            return STATUS_REFUSED  # the answer to a push sent before we benched it: it stays out (a Sybil evicted
-            # as idle came back this way in the same second, and held a slot for 19 rounds)
+            return STATUS_REFUSED  # a push sent before we benched it: it stays out (a Sybil held a slot 19 rounds so)
         status = obj.get("status") if isinstance(obj, dict) else None
         if status == STATUS_OK:
             try:
@@ -289,7 +286,8 @@ class Mesh:
             else:
                 reason = self.judge(ann)
                 group = self.group_of(peer, addr)
-                if reason is None and peer not in self.neighbors and crowded(self.neighbors, self.params, group):
+                if reason is None and peer not in self.neighbors and crowded(self.neighbors, self.params, group,
+                                                                             self.vacated, now):
                     self.refused["subnet"] += 1
                     status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
                 elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
@@ -413,22 +411,25 @@ class Mesh:
         return gone
 
     def _never_delivered(self, peer: str) -> bool:
-        """A neighbour we dialled, not named by the user (a bootstrap node or relay delivers none), that never
-        delivered: an empty Sybil we picked loses its slot like one that dialled us, candidate or not."""
+        """A neighbour not named by the user (a bootstrap node or relay delivers none) that never delivered."""
         return self.neighbors[peer].score.credits == 0 and peer not in self.initial
 
     def _bench(self, peer: str, now: float) -> None:
         """Drop `peer`, refuse it for `scores.bench_s` (60 s, 10 s if it delivered, then went silent; doubling per
         eviction); starving, STARVING_BENCH_S (an honest peer that stalled and restarts must get back)."""
-        silent = peer in self.neighbors and self.neighbors[peer].silent(now, self.params.idle_s)
+        n = self.neighbors.get(peer)
+        silent = n is not None and n.silent(now, self.params.idle_s)
         self.drop(peer)
         self.evicted_total += 1
         starving = self.starving(now)
         self.evictions[peer] += not starving
         self.benched[peer] = now + (STARVING_BENCH_S if starving else bench_s(self.evictions[peer], silent))
+        if n is not None and n.group is not None:  # its slot stays its group's until then (`scores.crowded`)
+            self.vacated[peer] = (n.group, self.benched[peer])
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
         if len(self.benched) > MAX_KNOWN:
             self.benched = {p: t for p, t in self.benched.items() if t > now}
+            self.vacated = {p: v for p, v in self.vacated.items() if v[1] > now}
         if len(self.evictions) > 4 * MAX_KNOWN:
             self.evictions.clear()
 

@@ -60,16 +60,16 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")  # IPv4 addresses as a v6-only netw
 def subnet_of(addr: str | None) -> str | None:
     """The group a connection's remote multiaddr counts in for the per-subnet neighbour limit: the
     /24 of an IPv4 address (also one carried inside IPv6: mapped, 6to4, Teredo, NAT64), the /32 of
-    an IPv6 one (a /48 is one free tunnel account), `relay:<id>` for a relayed (p2p-circuit)
+    an IPv6 one (a /48 is one free tunnel account), `relay:<its /24, else its id>` for a relayed (p2p-circuit)
     connection, `?` for an address it cannot read. None (no limit) only for no address at all and
     for non-global ones (loopback, RFC 1918, CGNAT, ULA, link-local: a LAN or docker-compose swarm,
     where every honest node shares one subnet)."""
     if not addr:
         return None
     parts = addr.split("/")
-    if "p2p-circuit" in parts:
-        relay = parts[parts.index("p2p-circuit") - 1] if parts.index("p2p-circuit") >= 2 else "?"
-        return f"relay:{relay}"
+    if "p2p-circuit" in parts:  # the relay's own /24 where the address shows one: relay ids are free, and 100 ids on
+        i = parts.index("p2p-circuit")  # one host made 100 groups (session 32); else the relay's id
+        return f"relay:{(subnet_of('/'.join(parts[:i - 2])) or parts[i - 1]) if i >= 2 else '?'}"
     try:
         ip = ipaddress.ip_address(observed_ip(addr) or "")
     except ValueError:
@@ -156,13 +156,17 @@ def load_anchors(path: Path | None) -> dict[str, list[str]]:
     return anchors
 
 
-def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | None) -> bool:
+def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | None,
+            vacated: dict[str, tuple[str, float]] | None = None, now: float = 0.0) -> bool:
     """A newcomer of `group` would exceed its share of `neighbors`: per_subnet per public /24 (/32), half
-    the slots per relay. One machine's Sybils hold at most that many of a node's slots."""
+    the slots per relay. One machine's Sybils hold at most that many of a node's slots. `vacated`: idle
+    neighbours evicted -> (group, end of their bench): a slot one vacated stays its group's until then (ids are
+    free: with a fresh id after each eviction, 2 subnets' empty Sybils held every inbound slot; red team 14)."""
     if group is None:
         return False
     limit = max(params.per_subnet, params.max_degree // 2) if group.startswith("relay:") else params.per_subnet
-    return sum(n.group == group for n in neighbors.values()) >= limit
+    held = sum(g == group and t > now for g, t in (vacated or {}).values())
+    return sum(n.group == group for n in neighbors.values()) + held >= limit
 
 
 def best_outbound(neighbors: dict[str, Neighbor], out_quota: int) -> dict[str, list[str]]:
