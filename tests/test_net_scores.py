@@ -17,7 +17,7 @@ from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
 from swarm_node.net.announce import STARVING_BENCH_S, Mesh
 from swarm_node.net.knockers import TRIAL_FETCH_S, TRIAL_S
-from swarm_node.net.scores import (IDLE_BENCH_S, MAX_IDLE_BENCH_S, SILENT_BENCH_S, MeshParams, bench_s, best_outbound,
+from swarm_node.net.scores import (EMPTY_MEMORY_S, IDLE_BENCH_S, MAX_IDLE_BENCH_S, SILENT_BENCH_S, MeshParams, bench_s, best_outbound,
                                    subnet_of)
 from swarm_node.status import read_status
 
@@ -249,6 +249,44 @@ def test_a_slot_an_idle_neighbour_vacated_stays_its_subnets_until_its_bench_ends
     assert mesh.receive("QmSybil4", _ann(), now + 1, addr=sybil(4))["status"] == "full"  # fresh id, same /24: held
     assert mesh.receive("QmH", _ann(), now + 1, addr="/ip4/11.13.0.1/tcp/1")["status"] == "ok"  # another subnet's
     assert mesh.receive("QmSybil4", _ann(), now + IDLE_BENCH_S, addr=sybil(4))["status"] == "ok"  # after the bench
+
+
+def test_an_empty_neighbour_that_leaves_holds_its_subnets_slot_and_its_clock_for_a_minute_after_leaving():
+    """Red team 15: (N1) empty ids that sent `leaving` one round before each verdict were never evicted, so no
+    slot was held: 2 subnets' fresh ids held every inbound slot again; (N2) the clock's memory counted from
+    joining, so with 20 s rounds 5 rounds outlasted it and one id held its slot in 100 % of 30 min."""
+    mesh = Mesh("QmV", "r", 1, dataclasses.replace(_params(), per_subnet=2), rng=random.Random(0))
+    mesh.measuring = True
+    mesh.set_own("m", "t", 1, 1, [], ADDR)
+    sybil = "/ip4/11.12.0.{}/tcp/1".format
+    for i in (1, 2):
+        assert mesh.receive(f"QmSybil{i}", _ann(), 1.0, addr=sybil(i))["status"] == "ok"
+    for r in range(2, 1 + IDLE_ROUNDS):  # 20 s rounds: the verdict is due at round 1 + IDLE_ROUNDS, 60 s on
+        mesh.set_own("m", "t", r, 1, [], ADDR)
+    left = 20.0 * IDLE_ROUNDS
+    mesh.receive("QmSybil1", {**_ann(), "leaving": True}, left, addr=sybil(1))
+    assert "QmSybil1" not in mesh.neighbors
+    assert mesh.receive("QmSybil3", _ann(), left + 1, addr=sybil(3))["status"] == "full"  # its slot: held (N1)
+    assert mesh.receive("QmH", _ann(), left + 1, addr="/ip4/11.13.0.1/tcp/1")["status"] == "ok"  # another subnet's
+    assert mesh.receive("QmSybil1", _ann(), left + 2, addr=sybil(1))["status"] == "ok"  # it may come back itself ...
+    mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)
+    assert "QmSybil1" in mesh.evict(left + 20)  # ... with the clock it left with, 79 s after it joined (N2)
+    # both were evicted: their slots stay their /24's for their benches, then are free
+    assert mesh.receive("QmSybil3", _ann(), left + 21, addr=sybil(3))["status"] == "full"
+    assert mesh.receive("QmSybil3", _ann(), left + 20 + IDLE_BENCH_S, addr=sybil(3))["status"] == "ok"
+
+
+def test_a_relayed_newcomer_counts_with_its_relays_subnet():
+    """Red team 15 (N3): `relay:50.0.1.0/24` and `50.0.1.0/24` were two groups, so one /24 held 2 slots directly
+    and 3 more through a relay of its own: every inbound slot. Together they hold half the slots at most."""
+    mesh = Mesh("QmV", "r", 1, dataclasses.replace(_params(), per_subnet=2), rng=random.Random(0))
+    for i in (1, 2):
+        assert mesh.receive(f"QmDirect{i}", _ann(), 1.0, addr=f"/ip4/50.0.1.{i}/tcp/1")["status"] == "ok"
+    relayed = "/ip4/50.0.1.9/tcp/1/p2p/QmRelay/p2p-circuit"
+    assert mesh.receive("QmRelayed1", _ann(), 1.0, addr=relayed)["status"] == "ok"  # half of 6 slots: 3
+    assert mesh.receive("QmRelayed2", _ann(), 1.0, addr=relayed)["status"] == "full"
+    assert mesh.receive("QmDirect3", _ann(), 1.0, addr="/ip4/50.0.1.3/tcp/1")["status"] == "full"
+    assert mesh.receive("QmOther", _ann(), 1.0, addr="/ip4/50.0.2.1/tcp/1/p2p/QmR2/p2p-circuit")["status"] == "ok"
 
 
 def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_never_delivered():

@@ -66,7 +66,7 @@ class Mesh:
         self.measuring = False  # packets are credited (an exchange runs): only then is a neighbor ever idle
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
-        self.left: dict[str, tuple[int, float]] = {}  # neighbour gone without delivering -> its (round, time) of joining
+        self.left: dict[str, tuple[int, float, float]] = {}  # neighbour gone without delivering -> (joined round, t; left t)
         self.vacated: dict[str, tuple[str, float]] = {}  # idle neighbour evicted -> (its group, its bench's end)
         self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
         self.knockers = Knockers()  # refused peers whose announcement offered packets: tried by fetch while starving
@@ -84,9 +84,9 @@ class Mesh:
     def announcement(self, to: str) -> dict:
         """Our announcement for peer `to`, with a peer-exchange sample (leaving `to` out) only when `to` may need
         candidates (not our neighbor, or short when last heard): the same size whatever the swarm's size."""
-        n = self.neighbors.get(to)
-        wants_peers = n is None or n.degree < self.params.degree
-        return {**self.own, "degree": len(self.neighbors), "peers": self.sample(exclude=to) if wants_peers else []}
+        n = self.neighbors.get(to)  # peers: only to one that may need candidates
+        return {**self.own, "degree": len(self.neighbors),
+                "peers": self.sample(exclude=to) if n is None or n.degree < self.params.degree else []}
 
     def sample(self, exclude: str) -> list[list]:
         """Up to MAX_PX peers others may dial: neighbors first (they are live), then other known peers."""
@@ -123,8 +123,8 @@ class Mesh:
         peer = ann.info.peer_id
         n = self.neighbors.get(peer)
         if n is None:  # its group is fixed now: a neighbour that later connects from elsewhere still counts here
-            since = self.left.pop(peer, None)  # an empty neighbour back soon: its idle clock goes on
-            since = since if since is not None and now - since[1] < EMPTY_MEMORY_S else (self.round, now)
+            since, _ = self.left.pop(peer, None), self.vacated.pop(peer, None)  # empty and back soon: the same clock
+            since = since[:2] if since is not None and now - since[2] < EMPTY_MEMORY_S else (self.round, now)
             n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, *since), addr=addr, group=group)
         n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
         if ann.seq >= n.seq:
@@ -135,22 +135,23 @@ class Mesh:
         self.learn([(peer, n.addrs)])
         self.learn(ann.peers, hearsay=True)
 
-    def drop(self, peer: str) -> None:
-        """`peer` is no neighbour now. One that never delivered keeps its idle clock for EMPTY_MEMORY_S (`_admit`):
-        leaving by any door and coming back restarted it (red team 14: one empty id held a slot 100 % of 30 min)."""
+    def drop(self, peer: str, now: float | None = None) -> None:
+        """`peer` is no neighbour now. One that never delivered, gone at `now`, keeps its idle clock if back within
+        EMPTY_MEMORY_S (`_admit`; red team 14), and its slot stays its group's till then (`scores.crowded`; 15)."""
         n = self.neighbors.pop(peer, None)
-        if n is not None and n.score is not None and not n.score.delivered():
-            self.left[peer] = (n.score.since_round, n.score.since_t)
-            if len(self.left) > MAX_KNOWN:
-                del self.left[next(iter(self.left))]
+        if n is not None and now is not None and n.score is not None and not n.score.delivered():
+            self.left[peer] = (n.score.since_round, n.score.since_t, now)
+            if n.group is not None:
+                self.vacated[peer] = (n.group, now + EMPTY_MEMORY_S)
+            for memory in (self.left, self.vacated):
+                while len(memory) > MAX_KNOWN:
+                    del memory[next(iter(memory))]
 
     def learn(self, peers: list[tuple[str, list[str]]], hearsay: bool = False) -> None:
         """Remember candidates, newest last. Addresses given for an initial peer, an anchor, or by a peer (or its
         record) for itself stay first; `hearsay` (peer exchange) only adds (to MAX_ADDRS), and goes first when full:
         a neighbour's hearsay replaced honest candidates' addresses and flushed 200 of them (red team 9)."""
-        for peer, addrs in peers:
-            if peer == self.own_id:
-                continue
+        for peer, addrs in (x for x in peers if x[0] != self.own_id):
             given = self.initial.get(peer) or self.anchors.get(peer)
             pinned = given or (hearsay and self.known.get(peer))
             if pinned:
@@ -179,12 +180,12 @@ class Mesh:
         try:
             ann = parse_announcement(obj, peer, now)
         except RecordError:
-            return self._refuse(peer, "bad_request")
+            return self._refuse(peer, "bad_request", now)
         reason = self.judge(ann)
         if reason is not None:
-            return self._refuse(peer, reason)
+            return self._refuse(peer, reason, now)
         if obj.get("leaving") is True:  # optional (2026-11): the peer goes; neither neighbor nor candidate
-            self.drop(peer)
+            self.drop(peer, now)
             if peer not in self.initial:
                 self.known.pop(peer, None)
                 self.heard.discard(peer)
@@ -210,7 +211,7 @@ class Mesh:
             return True
         if self.benched.get(peer, 0.0) > now:
             return False
-        if crowded(self.neighbors, self.params, group, self.vacated, now):
+        if crowded(self.neighbors, self.params, group, self.vacated, now, peer):
             self.refused["subnet"] += 1
             return False
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
@@ -266,9 +267,9 @@ class Mesh:
         now = time.time() if now is None else now
         return self.measuring and self.round - max(last, 0) >= STARVING_ROUNDS and now - last_t >= STARVING_S
 
-    def _refuse(self, peer: str, reason: str) -> dict:
+    def _refuse(self, peer: str, reason: str, now: float) -> dict:
         self.refused[reason] += 1
-        self.drop(peer)
+        self.drop(peer, now)
         return {"status": STATUS_REFUSED, "reason": reason}
 
     # ---- client: the answer to our announcement ----------------------------------------------------------
@@ -287,7 +288,7 @@ class Mesh:
                 reason = self.judge(ann)
                 group = self.group_of(peer, addr)
                 if reason is None and peer not in self.neighbors and crowded(self.neighbors, self.params, group,
-                                                                             self.vacated, now):
+                                                                             self.vacated, now, peer):
                     self.refused["subnet"] += 1
                     status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
                 elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
@@ -302,13 +303,13 @@ class Mesh:
                 self.learn(parse_peer_exchange(obj.get("peers", [])), hearsay=True)
             except RecordError:
                 pass
-            self.drop(peer)
+            self.drop(peer, now)
             self.fulls[peer] += 1
             self.retry_at[peer] = now + min(MAX_RETRY_S, FULL_RETRY_S * 2 ** (self.fulls[peer] - 1))
             return STATUS_FULL
         elif status != STATUS_REFUSED:
             status = "bad_reply"
-        self.drop(peer)  # it answered: a refusal is not a lost push
+        self.drop(peer, now)  # it answered: a refusal is not a lost push
         self.on_failure(peer, now)
         return status
 
@@ -320,7 +321,7 @@ class Mesh:
         self.failures[peer] += 1
         if not old_version and peer in self.neighbors and self.failures[peer] < NEIGHBOR_FAILURES:
             return
-        self.drop(peer)
+        self.drop(peer, now)
         self.retry_at[peer] = now + min(MAX_RETRY_S, RETRY_S * 2 ** (self.failures[peer] - 1))
 
     # ---- maintenance ----------------------------------------------------------------------------------
@@ -328,7 +329,7 @@ class Mesh:
         """Drop neighbors not heard from for ttl_s; returns them."""
         gone = [p for p, n in self.neighbors.items() if n.heard_at < now - self.params.ttl_s]
         for p in gone:
-            self.drop(p)
+            self.drop(p, now)
         return gone
 
     def short(self) -> bool:
@@ -429,7 +430,6 @@ class Mesh:
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
         if len(self.benched) > MAX_KNOWN:
             self.benched = {p: t for p, t in self.benched.items() if t > now}
-            self.vacated = {p: v for p, v in self.vacated.items() if v[1] > now}
         if len(self.evictions) > 4 * MAX_KNOWN:
             self.evictions.clear()
 

@@ -157,16 +157,19 @@ def load_anchors(path: Path | None) -> dict[str, list[str]]:
 
 
 def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | None,
-            vacated: dict[str, tuple[str, float]] | None = None, now: float = 0.0) -> bool:
-    """A newcomer of `group` would exceed its share of `neighbors`: per_subnet per public /24 (/32), half
-    the slots per relay. One machine's Sybils hold at most that many of a node's slots. `vacated`: idle
-    neighbours evicted -> (group, end of their bench): a slot one vacated stays its group's until then (ids are
-    free: with a fresh id after each eviction, 2 subnets' empty Sybils held every inbound slot; red team 14)."""
+            vacated: dict[str, tuple[str, float]] | None = None, now: float = 0.0, newcomer: str = "") -> bool:
+    """A newcomer of `group` would exceed its share of `neighbors`: per_subnet per public /24 (/32), half the
+    slots when it comes through a relay, counting the relay's /24 and that /24's own connections together (else
+    one /24 held 2 slots directly and 3 more through a relay on it: red team 15). One machine's Sybils hold at
+    most that many of a node's slots. `vacated`: ex-neighbours -> (group, until): a slot an idle one was evicted
+    from, or an empty one left, stays its group's until then, but for its own return (ids are free: with a
+    fresh id after each eviction, 2 subnets' empty Sybils held every inbound slot; red teams 14-15)."""
     if group is None:
         return False
-    limit = max(params.per_subnet, params.max_degree // 2) if group.startswith("relay:") else params.per_subnet
-    held = sum(g == group and t > now for g, t in (vacated or {}).values())
-    return sum(n.group == group for n in neighbors.values()) + held >= limit
+    base = group.removeprefix("relay:")
+    limit = max(params.per_subnet, params.max_degree // 2) if group != base else params.per_subnet
+    held = sum(g.removeprefix("relay:") == base and t > now for p, (g, t) in (vacated or {}).items() if p != newcomer)
+    return sum((n.group or "").removeprefix("relay:") == base for n in neighbors.values()) + held >= limit
 
 
 def best_outbound(neighbors: dict[str, Neighbor], out_quota: int) -> dict[str, list[str]]:
