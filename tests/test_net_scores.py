@@ -17,8 +17,8 @@ from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
 from swarm_node.net.announce import STARVING_BENCH_S, Mesh
 from swarm_node.net.knockers import TRIAL_FETCH_S, TRIAL_S
-from swarm_node.net.scores import (EMPTY_MEMORY_S, IDLE_BENCH_S, MAX_IDLE_BENCH_S, SILENT_BENCH_S, MeshParams, bench_s, best_outbound,
-                                   subnet_of)
+from swarm_node.net.scores import (EMPTY_MEMORY_S, IDLE_BENCH_S, MAX_HOLDS, MAX_IDLE_BENCH_S, SILENT_BENCH_S,
+                                   MeshParams, PeerLimiter, bench_s, best_outbound, subnet_of)
 from swarm_node.status import read_status
 
 ADDR = ["/ip4/127.0.0.1/tcp/1"]
@@ -142,7 +142,7 @@ def test_inbound_peers_cannot_take_the_outbound_slots_and_degree_claims_buy_noth
 
 
 def test_streams_over_a_peers_rate_are_refused_and_repeated_excess_graylists_it():
-    from swarm_node.net.scores import PeerLimiter, RateLimits
+    from swarm_node.net.scores import RateLimits
 
     now, grayed = [0.0], []
     lim = RateLimits(announce_rate=2.0, announce_burst=4.0, fetch_rate=10.0, fetch_burst=10.0, graylist_after=5,
@@ -174,7 +174,7 @@ def test_streams_over_a_peers_rate_are_refused_and_repeated_excess_graylists_it(
 def test_a_graylisted_neighbour_is_dropped_refused_and_not_dialled():
     mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
     assert mesh.receive("QmA", _ann(), 1.0)["status"] == "ok"
-    mesh.graylist("QmA", 100.0)
+    mesh.graylist("QmA", 100.0, 1.0)
     assert "QmA" not in mesh.neighbors and mesh.receive("QmA", _ann(), 50.0)["status"] == "full"
     assert mesh.candidates(5, 50.0) == [] and mesh.candidates(5, 100.0) == [("QmA", ADDR)]
 
@@ -274,6 +274,30 @@ def test_an_empty_neighbour_that_leaves_holds_its_subnets_slot_and_its_clock_for
     # both were evicted: their slots stay their /24's for their benches, then are free
     assert mesh.receive("QmSybil3", _ann(), left + 21, addr=sybil(3))["status"] == "full"
     assert mesh.receive("QmSybil3", _ann(), left + 20 + IDLE_BENCH_S, addr=sybil(3))["status"] == "ok"
+
+
+def test_an_empty_neighbour_graylisted_on_purpose_holds_its_subnets_slot_and_the_holds_stay_bounded():
+    """Red team 16: an empty id that got itself graylisted (a burst of streams over its rate) left no hold, and a
+    fresh id of its /24 took the slot: 2 subnets kept an honest newcomer out for 30 min at any round length.
+    And the holds (and graylisted benches) were never trimmed: 1,440 an hour for good."""
+    mesh = Mesh("QmV", "r", 1, dataclasses.replace(_params(), per_subnet=2), rng=random.Random(0))
+    now = [10.0]
+    limiter = PeerLimiter(clock=lambda: now[0], on_graylist=lambda peer, s: mesh.graylist(peer, now[0] + s, now[0]))
+    sybil = "/ip4/11.12.0.{}/tcp/1".format
+    for i in (1, 2):
+        assert mesh.receive(f"QmSybil{i}", _ann(), now[0], addr=sybil(i))["status"] == "ok"
+    while "QmSybil1" in mesh.neighbors:  # its own streams over its rate, just before its idle verdict
+        limiter.allow("QmSybil1", "announce")
+    assert mesh.receive("QmSybil3", _ann(), now[0], addr=sybil(3))["status"] == "full"  # fresh id, same /24: held
+    assert mesh.receive("QmH", _ann(), now[0], addr="/ip4/11.13.0.1/tcp/1")["status"] == "ok"
+    t = 100.0
+    for i in range(3 * MAX_HOLDS):  # fresh ids of fresh /24s graylisted one after another: holds and benches bounded
+        t += 1000.0
+        peer = f"QmG{i}"
+        mesh.learn([(peer, ADDR)])
+        assert mesh.receive(peer, _ann(), t, addr=f"/ip4/12.{i // 256}.{i % 256}.1/tcp/1")["status"] == "ok"
+        mesh.graylist(peer, t + 120.0, t)
+        assert len(mesh.vacated) <= MAX_HOLDS and len(mesh.benched) <= MAX_HOLDS + 1
 
 
 def test_a_relayed_newcomer_counts_with_its_relays_subnet():
@@ -844,7 +868,7 @@ def test_fresh_ids_graylisted_one_after_another_cannot_grow_the_log_or_the_mesh(
     mesh = Mesh("QmV", "r", 1, _params())
     mesh.learn([("QmKnown", ADDR)])
     limiter = PeerLimiter(RateLimits(graylist_after=1), clock=lambda: now[0],
-                          on_graylist=lambda peer, s: mesh.graylist(peer, now[0] + s))
+                          on_graylist=lambda peer, s: mesh.graylist(peer, now[0] + s, now[0]))
     caplog.set_level(logging.INFO, logger="swarm_node.net.scores")
     for i in range(2000):
         now[0] = i * 0.01  # 100 fresh ids a second

@@ -26,7 +26,7 @@ from swarm_node.net.knockers import Knockers
 from swarm_node.net.records import (MAX_ADDRS, MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED,
                                     Announcement, RecordError, make_announcement, parse_announcement, parse_peer_exchange)
 from swarm_node.net.scores import (EMPTY_MEMORY_S, STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor, Score, bench_s,
-                                   crowded, subnet_of, yielding)
+                                   crowded, hold, subnet_of, yielding)
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Mesh:
         self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
         self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
         self.left: dict[str, tuple[int, float, float]] = {}  # neighbour gone without delivering -> (joined round, t; left t)
-        self.vacated: dict[str, tuple[str, float]] = {}  # idle neighbour evicted -> (its group, its bench's end)
+        self.vacated: dict[str, tuple[str, float]] = {}  # ex-neighbour -> (its group, until its slot stays the group's)
         self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
         self.knockers = Knockers()  # refused peers whose announcement offered packets: tried by fetch while starving
         self.false_offers: OrderedDict[str, None] = OrderedDict()  # peers an offer of which we failed to fetch
@@ -141,11 +141,9 @@ class Mesh:
         n = self.neighbors.pop(peer, None)
         if n is not None and now is not None and n.score is not None and not n.score.delivered():
             self.left[peer] = (n.score.since_round, n.score.since_t, now)
-            if n.group is not None:
-                self.vacated[peer] = (n.group, now + EMPTY_MEMORY_S)
-            for memory in (self.left, self.vacated):
-                while len(memory) > MAX_KNOWN:
-                    del memory[next(iter(memory))]
+            hold(self.vacated, peer, n.group, now + EMPTY_MEMORY_S, now)
+            while len(self.left) > MAX_KNOWN:
+                del self.left[next(iter(self.left))]
 
     def learn(self, peers: list[tuple[str, list[str]]], hearsay: bool = False) -> None:
         """Remember candidates, newest last. Addresses given for an initial peer, an anchor, or by a peer (or its
@@ -401,7 +399,9 @@ class Mesh:
                     self.retry_at[p] = min(self.retry_at.get(p, now), now)
         waiting = sum(1 for p in self.known if self._dialable(p, now))
         idle = self.idle(now)
-        gone = [p for p in idle if not self.neighbors[p].score.outbound or self._never_delivered(p)]
+        # those that dialled us, and those we dialled that never delivered unless the user named them (a bootstrap)
+        gone = [p for p in idle if not self.neighbors[p].score.outbound or
+                (self.neighbors[p].score.credits == 0 and p not in self.initial)]
         gone += [p for p in idle if p not in gone][:waiting]
         starving = "; starving" if self.starving(now) else ""
         for p in gone:  # what the verdict read, so that an eviction can be explained from the log alone
@@ -410,10 +410,6 @@ class Mesh:
         if gone:
             logger.info("%d idle neighbor(s) lost their slot: %s", len(gone), ", ".join(gone))
         return gone
-
-    def _never_delivered(self, peer: str) -> bool:
-        """A neighbour not named by the user (a bootstrap node or relay delivers none) that never delivered."""
-        return self.neighbors[peer].score.credits == 0 and peer not in self.initial
 
     def _bench(self, peer: str, now: float) -> None:
         """Drop `peer`, refuse it for `scores.bench_s` (60 s, 10 s if it delivered, then went silent; doubling per
@@ -425,21 +421,25 @@ class Mesh:
         starving = self.starving(now)
         self.evictions[peer] += not starving
         self.benched[peer] = now + (STARVING_BENCH_S if starving else bench_s(self.evictions[peer], silent))
-        if n is not None and n.group is not None:  # its slot stays its group's until then (`scores.crowded`)
-            self.vacated[peer] = (n.group, self.benched[peer])
+        hold(self.vacated, peer, n and n.group, self.benched[peer], now)  # its slot: its group's until then
         self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
         if len(self.benched) > MAX_KNOWN:
             self.benched = {p: t for p, t in self.benched.items() if t > now}
         if len(self.evictions) > 4 * MAX_KNOWN:
             self.evictions.clear()
 
-    def graylist(self, peer: str, until: float) -> None:
-        """`peer` misbehaved (streams over its rate): drop it, refuse it and do not dial it until `until`."""
-        self.evicted_total += peer in self.neighbors
-        self.drop(peer)
+    def graylist(self, peer: str, until: float, now: float) -> None:
+        """`peer` misbehaved (streams over its rate): drop it, refuse it and do not dial it until `until`; its slot
+        stays its group's till then (an empty id that got itself graylisted left no hold: red team 16)."""
+        n = self.neighbors.get(peer)
+        self.evicted_total += n is not None
+        self.drop(peer, now)
+        hold(self.vacated, peer, n and n.group, until, now)
         if peer in self.known:  # fresh ids graylisted one after another grew both without bound (red teams 12-13);
             self.benched[peer] = max(self.benched.get(peer, 0.0), until)  # the limiter refuses them meanwhile
             self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
+            if len(self.benched) > MAX_KNOWN:  # as in _bench: this attack evicts nobody idle
+                self.benched = {p: t for p, t in self.benched.items() if t > now}
 
     def scores(self) -> dict[str, dict]:
         """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless, whether it offers

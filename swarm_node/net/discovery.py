@@ -273,7 +273,7 @@ class PushDiscovery:
         self.anchors_path = anchors_path  # where our best outbound neighbours are kept for the next start
         self.anchors: dict[str, list[str]] = {}  # as last saved
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
-        self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds)
+        self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds, time.time())
         self.driver = MeshDriver(mesh, self.contact, members.read)
         # announcements being answered: one per peer, MAX_STRANGER_ANNOUNCES of peers we do not favour
         self.serving = StreamLimits(max_per_peer=1, max_open=MAX_STRANGER_ANNOUNCES)

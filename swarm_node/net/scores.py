@@ -44,6 +44,7 @@ from swarm_node.net.reach import observed_ip
 logger = logging.getLogger(__name__)
 
 IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
+MAX_HOLDS = 256  # vacated slots held for their groups, at most (a flush needs 256 fresh holds within their time)
 EMPTY_MEMORY_S = IDLE_BENCH_S  # a neighbour that left before it delivered, back within this: its idle clock goes on
 SILENT_BENCH_S = 10.0  # ... one that delivered, then fell silent (its link down) for 10, 20, 40 ... 600 s (bench_s)
 STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
@@ -170,6 +171,18 @@ def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | Non
     limit = max(params.per_subnet, params.max_degree // 2) if group != base else params.per_subnet
     held = sum(g.removeprefix("relay:") == base and t > now for p, (g, t) in (vacated or {}).items() if p != newcomer)
     return sum((n.group or "").removeprefix("relay:") == base for n in neighbors.values()) + held >= limit
+
+
+def hold(vacated: dict[str, tuple[str, float]], peer: str, group: str | None, until: float, now: float) -> None:
+    """`peer`'s vacated slot stays `group`'s until `until` (`crowded`; None: no group, no hold). At most MAX_HOLDS
+    holds, the expired going first, then the oldest (red team 16: holds piled up, 1,440 an hour for good)."""
+    if group is not None:
+        vacated[peer] = (group, max(until, vacated.get(peer, ("", 0.0))[1]))
+    if len(vacated) > MAX_HOLDS:
+        for p in [p for p, (_, t) in vacated.items() if t <= now]:
+            del vacated[p]
+        while len(vacated) > MAX_HOLDS:
+            del vacated[next(iter(vacated))]
 
 
 def best_outbound(neighbors: dict[str, Neighbor], out_quota: int) -> dict[str, list[str]]:
