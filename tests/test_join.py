@@ -76,7 +76,7 @@ def test_three_heterogeneous_nodes_train_together(tmp_path, procs):
                 assert 0 < header < 64 * row["swarm/completions_in"] + 700 * row["swarm/packets_accepted"], row
         # What the transport carried is the packets plus small framing, over the run: a packet fetched in one round
         # may be accepted in the next (under load: 8560 bytes in round 1 for 5716 accepted, 2518 for 5362 in round 2)
-        carried, packets = (sum(rows[r][k] for r in (1, 2, 3)) for k in ("swarm/bytes_in", "swarm/packet_bytes_in"))
+        carried, packets = (sum(rows[r].get(k, 0) for r in rows) for k in ("swarm/bytes_in", "swarm/packet_bytes_in"))
         assert packets <= carried <= 1.05 * packets + 3 * 4096, (node.out, carried, packets)
 
 

@@ -311,6 +311,12 @@ def test_a_relayed_newcomer_counts_with_its_relays_subnet():
     assert mesh.receive("QmRelayed2", _ann(), 1.0, addr=relayed)["status"] == "full"
     assert mesh.receive("QmDirect3", _ann(), 1.0, addr="/ip4/50.0.1.3/tcp/1")["status"] == "full"
     assert mesh.receive("QmOther", _ann(), 1.0, addr="/ip4/50.0.2.1/tcp/1/p2p/QmR2/p2p-circuit")["status"] == "ok"
+    # the other way round: a public node that relays for 2 of our NAT'd neighbours may still be one itself
+    mesh = Mesh("QmV", "r", 1, dataclasses.replace(_params(), per_subnet=2), rng=random.Random(0))
+    for i in (1, 2):
+        assert mesh.receive(f"QmNat{i}", _ann(), 1.0, addr="/ip4/50.0.1.4/tcp/1/p2p/QmRelayV/p2p-circuit")["status"] == "ok"
+    assert mesh.receive("QmRelayV", _ann(), 1.0, addr="/ip4/50.0.1.4/tcp/1")["status"] == "ok"
+    assert mesh.receive("QmDirect", _ann(), 1.0, addr="/ip4/50.0.1.5/tcp/1")["status"] == "full"  # 3 of the /24
 
 
 def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_never_delivered():
@@ -639,6 +645,7 @@ def test_subnet_of_groups_by_24_or_32_relay_or_unreadable_and_exempts_private_ad
     assert subnet_of("/ip4/11.12.0.7/tcp/1/p2p/QmRelay/p2p-circuit") == "relay:11.12.0.0/24"
     assert subnet_of("/ip4/11.12.0.9/tcp/2/p2p/QmRelay2/p2p-circuit") == "relay:11.12.0.0/24"
     assert subnet_of("/ip4/10.1.0.2/tcp/1/p2p/QmRelay/p2p-circuit") == subnet_of("/p2p/QmRelay/p2p-circuit") == "relay:QmRelay"
+    assert subnet_of("/dns4/a.example/tcp/1/p2p/QmRelay/p2p-circuit") == "relay:QmRelay"  # by name: not one `relay:?`
     assert subnet_of("/ip4/not-an-ip/tcp/1") == subnet_of("/dns4/example.org/tcp/1") == "?"  # unreadable: limited
     for exempt in ("/ip4/127.0.0.1/tcp/1", "/ip4/10.1.0.2/tcp/1", "/ip4/192.168.1.4/tcp/1", "/ip4/172.17.0.3/tcp/1",
                    "/ip4/100.64.0.9/tcp/1", "/ip6/::1/tcp/1", "/ip6/fd00::1/tcp/1", "/ip6/::ffff:10.0.0.1/tcp/1",

@@ -70,7 +70,8 @@ def subnet_of(addr: str | None) -> str | None:
     parts = addr.split("/")
     if "p2p-circuit" in parts:  # the relay's own /24 where the address shows one: relay ids are free, and 100 ids on
         i = parts.index("p2p-circuit")  # one host made 100 groups (session 32); else the relay's id
-        return f"relay:{(subnet_of('/'.join(parts[:i - 2])) or parts[i - 1]) if i >= 2 else '?'}"
+        inner = subnet_of("/".join(parts[:i - 2])) if i >= 2 else "?"  # a relay known by name: its id
+        return f"relay:{inner if inner not in (None, '?') else parts[i - 1] if i >= 2 else '?'}"
     try:
         ip = ipaddress.ip_address(observed_ip(addr) or "")
     except ValueError:
@@ -168,9 +169,15 @@ def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | Non
     if group is None:
         return False
     base = group.removeprefix("relay:")
-    limit = max(params.per_subnet, params.max_degree // 2) if group != base else params.per_subnet
-    held = sum(g.removeprefix("relay:") == base and t > now for p, (g, t) in (vacated or {}).items() if p != newcomer)
-    return sum((n.group or "").removeprefix("relay:") == base for n in neighbors.values()) + held >= limit
+
+    def count(same) -> int:  # neighbours, and live holds but the newcomer's own, of groups `same` accepts
+        held = sum(same(g) and t > now for p, (g, t) in (vacated or {}).items() if p != newcomer)
+        return sum(same(n.group or "") for n in neighbors.values()) + held
+
+    # direct and relayed together: half the slots; direct alone: per_subnet (a public node that relays for
+    # our NAT'd neighbours is still one we may take)
+    return count(lambda g: g.removeprefix("relay:") == base) >= max(params.per_subnet, params.max_degree // 2) or \
+        (group == base and count(lambda g: g == base) >= params.per_subnet)
 
 
 def hold(vacated: dict[str, tuple[str, float]], peer: str, group: str | None, until: float, now: float) -> None:
