@@ -69,9 +69,11 @@ def subnet_of(addr: str | None) -> str | None:
         return None
     parts = addr.split("/")
     if "p2p-circuit" in parts:  # the relay's own /24 where the address shows one: relay ids are free, and 100 ids on
-        i = parts.index("p2p-circuit")  # one host made 100 groups (session 32); else the relay's id
-        inner = subnet_of("/".join(parts[:i - 2])) if i >= 2 else "?"  # a relay known by name: its id
-        return f"relay:{inner if inner not in (None, '?') else parts[i - 1] if i >= 2 else '?'}"
+        i = parts.index("p2p-circuit")  # one host made 100 groups (session 32); else (a private or named relay) its id
+        if i < 2:
+            return "relay:?"
+        inner = subnet_of("/".join(parts[:i - 2]))
+        return f"relay:{inner if inner not in (None, '?') else parts[i - 1]}"
     try:
         ip = ipaddress.ip_address(observed_ip(addr) or "")
     except ValueError:
