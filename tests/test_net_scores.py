@@ -15,10 +15,11 @@ import pytest
 
 from swarm_node.harness.netns import Internet, leftover_namespaces, unavailable
 from swarm_node.harness.process import NodeProcess
-from swarm_node.net.announce import STARVING_BENCH_S, Mesh
+from swarm_node.net.announce import Mesh
 from swarm_node.net.knockers import TRIAL_FETCH_S, TRIAL_S
-from swarm_node.net.scores import (EMPTY_MEMORY_S, IDLE_BENCH_S, MAX_HOLDS, MAX_IDLE_BENCH_S, SILENT_BENCH_S,
-                                   MeshParams, PeerLimiter, bench_s, best_outbound, subnet_of)
+from swarm_node.net.scores import MeshParams, PeerLimiter, best_outbound, subnet_of
+from swarm_node.net.slots import (EMPTY_MEMORY_S, IDLE_BENCH_S, MAX_HOLDS, MAX_IDLE_BENCH_S, SILENT_BENCH_S,
+                                  STARVING_BENCH_S, bench_s)
 from swarm_node.status import read_status
 
 ADDR = ["/ip4/127.0.0.1/tcp/1"]
@@ -102,7 +103,7 @@ def test_sybils_announcing_degree_zero_cannot_eclipse_an_honest_pair(sybils_firs
     assert linked_at is not None and linked_at <= IDLE_ROUNDS + 2
     assert swarm.longest <= IDLE_ROUNDS + 1
     for mesh in (swarm.v, swarm.h):
-        assert len(mesh.neighbors) <= mesh.params.max_degree and max(mesh.evictions.values()) >= 2  # benched, back, again
+        assert len(mesh.neighbors) <= mesh.params.max_degree and max(mesh.slots.evictions.values()) >= 2  # benched, back, again
         scores = mesh.scores()
         other = "QmH" if mesh is swarm.v else "QmV"
         assert scores[other]["credits"] >= 20 and scores[other]["rounds_idle"] == 0
@@ -197,7 +198,7 @@ def test_an_idle_neighbour_gone_silent_after_delivering_is_benched_briefly_other
     now = float(2 + IDLE_ROUNDS)
     mesh.set_own("m", "t", 2 + IDLE_ROUNDS, 1, [], ADDR)
     assert not mesh.starving(now) and sorted(mesh.evict(now)) == ["QmCut", "QmEmpty", "QmTalks"]
-    assert mesh.benched == {"QmTalks": now + IDLE_BENCH_S, "QmEmpty": now + IDLE_BENCH_S, "QmCut": now + SILENT_BENCH_S}
+    assert mesh.slots.benched == {"QmTalks": now + IDLE_BENCH_S, "QmEmpty": now + IDLE_BENCH_S, "QmCut": now + SILENT_BENCH_S}
     assert mesh.receive("QmCut", _ann(), now + SILENT_BENCH_S - 1)["status"] == "full"  # benched: refused ...
     assert mesh.receive("QmCut", _ann(), now + SILENT_BENCH_S)["status"] == "ok"  # ... then back, on both sides
     assert mesh.receive("QmTalks", _ann(), now + SILENT_BENCH_S)["status"] == "full"
@@ -297,7 +298,7 @@ def test_an_empty_neighbour_graylisted_on_purpose_holds_its_subnets_slot_and_the
         mesh.learn([(peer, ADDR)])
         assert mesh.receive(peer, _ann(), t, addr=f"/ip4/12.{i // 256}.{i % 256}.1/tcp/1")["status"] == "ok"
         mesh.graylist(peer, t + 120.0, t)
-        assert len(mesh.vacated) <= MAX_HOLDS and len(mesh.benched) <= MAX_HOLDS + 1
+        assert len(mesh.slots.vacated) <= MAX_HOLDS and len(mesh.slots.benched) <= MAX_HOLDS + 1
 
 
 def test_a_relayed_newcomer_counts_with_its_relays_subnet():
@@ -334,8 +335,8 @@ def test_a_starving_node_gives_a_knocking_newcomer_the_slot_of_a_neighbour_that_
     mesh.set_own("m", "t", 3, 1, [], ADDR)  # rounds pass, nothing credited
     assert mesh.starving()
     assert mesh.receive("QmH", _ann(), 3.0)["status"] == "ok" and "QmH" in mesh.neighbors
-    assert len(mesh.neighbors) == 4 and sum(t > 3.0 for t in mesh.benched.values()) == 1  # one Sybil benched ...
-    assert max(mesh.benched.values()) == 3.0 + STARVING_BENCH_S  # ... briefly: it may be an honest peer restarting
+    assert len(mesh.neighbors) == 4 and sum(t > 3.0 for t in mesh.slots.benched.values()) == 1  # one Sybil benched ...
+    assert max(mesh.slots.benched.values()) == 3.0 + STARVING_BENCH_S  # ... briefly: it may be an honest peer restarting
     mesh.set_own("m", "t", 4, 1, [], ADDR)
     mesh.credit("QmH", 4.0)
     assert not mesh.starving()
@@ -582,7 +583,7 @@ def test_the_answer_to_a_push_sent_before_a_neighbour_was_benched_does_not_bring
     mesh.set_own("m", "t", 1 + IDLE_ROUNDS, 1, [], ADDR)
     assert mesh.evict(2.0) == ["QmSybiA1"]
     assert mesh.on_reply("QmSybiA1", {"status": "ok", **_ann(4)}, 2.0) == "refused"
-    assert "QmSybiA1" not in mesh.neighbors and mesh.benched["QmSybiA1"] > 2.0
+    assert "QmSybiA1" not in mesh.neighbors and mesh.slots.benched["QmSybiA1"] > 2.0
 
 
 def test_a_starving_node_asks_an_unreachable_configured_peer_again_at_once_and_a_full_one_after_its_backoff():
@@ -884,7 +885,7 @@ def test_fresh_ids_graylisted_one_after_another_cannot_grow_the_log_or_the_mesh(
     lines = [m for m in caplog.messages if "graylisted" in m or "over its rate" in m]
     assert GRAYLIST_LINES <= len(lines) <= 3 * (GRAYLIST_LINES + 1)
     assert any("more peers were graylisted" in m for m in lines) and limiter.graylisted_total == 2001
-    assert set(mesh.retry_at) == set(mesh.benched) == {"QmKnown"}
+    assert set(mesh.retry_at) == set(mesh.slots.benched) == {"QmKnown"}
     assert limiter.graylisted("QmFresh1999") and limiter.graylisted("QmKnown")
 
 

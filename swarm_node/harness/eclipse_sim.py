@@ -67,7 +67,7 @@ def run(kind, sybil_reply="ok", n_sybils=256, knocks_per_s=10.0, seconds=600.0, 
         for _ in range(n_sybils):
             s = sybils[st["ki"] % n_sybils]
             st["ki"] += 1
-            if s not in v.neighbors and s not in in_flight and v.benched.get(s, 0.0) <= t:
+            if s not in v.neighbors and s not in in_flight and not v.slots.is_benched(s, t):
                 break  # the attacker knows which of its ids V benched or is dialling
         v.receive(s, ann(rnd, sybil_offers(), rng.sample(sybils, 8)), t)
         if s in v.neighbors:

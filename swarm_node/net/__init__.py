@@ -12,6 +12,8 @@
     driver.py        MeshDriver: the mesh's background work on an event loop (push, keepalive, dial, prune)
     scores.py        what a node measured of its neighbours (credits, outbound, idle) and per-peer
                      stream rates with a graylist (issue 27; no hivemind)
+    slots.py         what a node remembers of neighbours that lost their slot: the bench, the idle
+                     clock of empty ones that left, slots held for their /24 (issue 27; no hivemind)
     knockers.py      peers a full node refused that offered packets: fetched from in turn while it
                      starves, dialled first once their packet was taken (issue 27; no hivemind)
     discovery.py     hivemind DHT: membership records (v2), the v1 single-key records, validators

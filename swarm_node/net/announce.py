@@ -25,8 +25,9 @@ from swarm_node.net.fetch import MISMATCH, OVERSIZE
 from swarm_node.net.knockers import Knockers
 from swarm_node.net.records import (MAX_ADDRS, MAX_PX, STATUS_FULL, STATUS_NOT_FOUND, STATUS_OK, STATUS_REFUSED,
                                     Announcement, RecordError, make_announcement, parse_announcement, parse_peer_exchange)
-from swarm_node.net.scores import (EMPTY_MEMORY_S, STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor, Score, bench_s,
-                                   crowded, hold, subnet_of, yielding)
+from swarm_node.net.scores import (STARVING_ROUNDS, STARVING_S, MeshParams, Neighbor, Score, crowded, subnet_of,
+                                   yielding)
+from swarm_node.net.slots import SlotMemory
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ MAX_KNOWN = 256  # candidate peers remembered (initial peers are never forgotten
 RETRY_S, MAX_RETRY_S = 2.0, 120.0  # a candidate that failed is retried after 2, 4, 8 ... 120 s
 NEIGHBOR_FAILURES = 3  # announcement exchanges in a row a neighbour may fail before it loses its slot
 FULL_RETRY_S = 10.0  # a candidate that answered "full" is asked again after 10, 20, 40 ... 120 s
-STARVING_BENCH_S = 10.0  # what a starving node evicts is refused this long only: it may be an honest peer restarting
 ISOLATED_RETRY_S = 4.0  # with no neighbor at all, no candidate waits longer than this for its retry
 MAX_COUNTED = 65536  # (peer, digest) pairs remembered as already counted
 FALSE_OFFER = (STATUS_NOT_FOUND, MISMATCH, OVERSIZE)  # fetch outcomes that show an offer was not what it said
@@ -64,10 +64,7 @@ class Mesh:
         self.refused: Counter[str] = Counter()  # announcements refused, by reason
         self.round = 0  # our newest round (set_own): the clock of neighbor scores
         self.measuring = False  # packets are credited (an exchange runs): only then is a neighbor ever idle
-        self.benched: dict[str, float] = {}  # peer -> refused until (evicted idle, or graylisted)
-        self.evictions: Counter[str] = Counter()  # idle evictions per peer (the bench doubles)
-        self.left: dict[str, tuple[int, float, float]] = {}  # neighbour gone without delivering -> (joined round, t; left t)
-        self.vacated: dict[str, tuple[str, float]] = {}  # ex-neighbour -> (its group, until its slot stays the group's)
+        self.slots = SlotMemory()  # the bench, empty neighbours' idle clocks, slots held for their groups (slots.py)
         self.evicted_total = 0  # neighbors that lost their slot (idle or graylisted), for stats
         self.knockers = Knockers()  # refused peers whose announcement offered packets: tried by fetch while starving
         self.false_offers: OrderedDict[str, None] = OrderedDict()  # peers an offer of which we failed to fetch
@@ -123,8 +120,7 @@ class Mesh:
         peer = ann.info.peer_id
         n = self.neighbors.get(peer)
         if n is None:  # its group is fixed now: a neighbour that later connects from elsewhere still counts here
-            since, _ = self.left.pop(peer, None), self.vacated.pop(peer, None)  # empty and back soon: the same clock
-            since = since[:2] if since is not None and now - since[2] < EMPTY_MEMORY_S else (self.round, now)
+            since = self.slots.returning(peer, now) or (self.round, now)  # empty and back soon: the same clock
             n = self.neighbors[peer] = Neighbor(ann.addrs, now, score=Score(outbound, *since), addr=addr, group=group)
         n.addrs, n.heard_at, n.degree = ann.addrs or n.addrs, now, ann.degree
         if ann.seq >= n.seq:
@@ -140,10 +136,7 @@ class Mesh:
         EMPTY_MEMORY_S (`_admit`; red team 14), and its slot stays its group's till then (`scores.crowded`; 15)."""
         n = self.neighbors.pop(peer, None)
         if n is not None and now is not None and n.score is not None and not n.score.delivered():
-            self.left[peer] = (n.score.since_round, n.score.since_t, now)
-            hold(self.vacated, peer, n.group, now + EMPTY_MEMORY_S, now)
-            while len(self.left) > MAX_KNOWN:
-                del self.left[next(iter(self.left))]
+            self.slots.left_empty(peer, (n.score.since_round, n.score.since_t), n.group, now)
 
     def learn(self, peers: list[tuple[str, list[str]]], hearsay: bool = False) -> None:
         """Remember candidates, newest last. Addresses given for an initial peer, an anchor, or by a peer (or its
@@ -207,9 +200,9 @@ class Mesh:
         degree plays no part (a liar says 0); whether it offers packets (`offering`) does."""
         if peer in self.neighbors:
             return True
-        if self.benched.get(peer, 0.0) > now:
+        if self.slots.is_benched(peer, now):
             return False
-        if crowded(self.neighbors, self.params, group, self.vacated, now, peer):
+        if crowded(self.neighbors, self.params, group, self.slots.vacated, now, peer):
             self.refused["subnet"] += 1
             return False
         inbound = [q for q, n in self.neighbors.items() if not n.score.outbound]
@@ -249,7 +242,7 @@ class Mesh:
         if not self.starving(now):
             self.knockers.pause()
             return []
-        return self.knockers.turn(now, lambda p, info: p not in self.neighbors and self.benched.get(p, 0.0) <= now
+        return self.knockers.turn(now, lambda p, info: p not in self.neighbors and not self.slots.is_benched(p, now)
                                   and self.offering(p, info.offers))
 
     def group_of(self, peer: str, addr: str | None) -> str | None:
@@ -274,7 +267,7 @@ class Mesh:
     def on_reply(self, peer: str, obj: object, now: float, addr: str | None = None) -> str:
         """Apply `peer`'s answer (its stream came from `addr`); returns ok | full | refused | bad_reply."""
         self.anchors.pop(peer, None)  # an anchor is dialled first once; afterwards it is a candidate like others
-        if peer not in self.neighbors and self.benched.get(peer, 0.0) > now:
+        if peer not in self.neighbors and self.slots.is_benched(peer, now):
             return STATUS_REFUSED  # a push sent before we benched it: it stays out (a Sybil held a slot 19 rounds so)
         status = obj.get("status") if isinstance(obj, dict) else None
         if status == STATUS_OK:
@@ -286,7 +279,7 @@ class Mesh:
                 reason = self.judge(ann)
                 group = self.group_of(peer, addr)
                 if reason is None and peer not in self.neighbors and crowded(self.neighbors, self.params, group,
-                                                                             self.vacated, now, peer):
+                                                                             self.slots.vacated, now, peer):
                     self.refused["subnet"] += 1
                     status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
                 elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
@@ -395,7 +388,7 @@ class Mesh:
         the evicted are benched (refused, not dialled)."""
         if self.starving(now):  # eclipsed: the peers we were told to join through are tried again now (one that
             for p in self.initial:  # answered "full" after its backoff: `rescue` would otherwise ask it every second)
-                if p not in self.neighbors and self.benched.get(p, 0.0) <= now and not self.fulls[p]:
+                if p not in self.neighbors and not self.slots.is_benched(p, now) and not self.fulls[p]:
                     self.retry_at[p] = min(self.retry_at.get(p, now), now)
         waiting = sum(1 for p in self.known if self._dialable(p, now))
         idle = self.idle(now)
@@ -412,21 +405,14 @@ class Mesh:
         return gone
 
     def _bench(self, peer: str, now: float) -> None:
-        """Drop `peer`, refuse it for `scores.bench_s` (60 s, 10 s if it delivered, then went silent; doubling per
+        """Drop `peer`, refuse it for `slots.bench_s` (60 s, 10 s if it delivered, then went silent; doubling per
         eviction); starving, STARVING_BENCH_S (an honest peer that stalled and restarts must get back)."""
         n = self.neighbors.get(peer)
         silent = n is not None and n.silent(now, self.params.idle_s)
         self.drop(peer)
         self.evicted_total += 1
-        starving = self.starving(now)
-        self.evictions[peer] += not starving
-        self.benched[peer] = now + (STARVING_BENCH_S if starving else bench_s(self.evictions[peer], silent))
-        hold(self.vacated, peer, n and n.group, self.benched[peer], now)  # its slot: its group's until then
-        self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), self.benched[peer])
-        if len(self.benched) > MAX_KNOWN:
-            self.benched = {p: t for p, t in self.benched.items() if t > now}
-        if len(self.evictions) > 4 * MAX_KNOWN:
-            self.evictions.clear()
+        until = self.slots.evicted(peer, n and n.group, now, silent, self.starving(now))  # its slot: its group's till then
+        self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
 
     def graylist(self, peer: str, until: float, now: float) -> None:
         """`peer` misbehaved (streams over its rate): drop it, refuse it and do not dial it until `until`; its slot
@@ -434,12 +420,9 @@ class Mesh:
         n = self.neighbors.get(peer)
         self.evicted_total += n is not None
         self.drop(peer, now)
-        hold(self.vacated, peer, n and n.group, until, now)
-        if peer in self.known:  # fresh ids graylisted one after another grew both without bound (red teams 12-13);
-            self.benched[peer] = max(self.benched.get(peer, 0.0), until)  # the limiter refuses them meanwhile
+        if peer in self.known:  # (a neighbour always is) fresh ids graylisted one after another grew the bench without
+            self.slots.bench(peer, n and n.group, until, now)  # bound (red teams 12-13): the limiter refuses them meanwhile
             self.retry_at[peer] = max(self.retry_at.get(peer, 0.0), until)
-            if len(self.benched) > MAX_KNOWN:  # as in _bench: this attack evicts nobody idle
-                self.benched = {p: t for p, t in self.benched.items() if t > now}
 
     def scores(self) -> dict[str, dict]:
         """What we measured of each neighbor: outbound, credits, rounds_idle, rounds_useless, whether it offers
@@ -489,7 +472,7 @@ class Mesh:
     def _dialable(self, peer: str, now: float, busy: set[str] = frozenset()) -> bool:
         """A known candidate we may dial now: not us, not a neighbour, not being dialled, retry due, not benched."""
         return peer in self.known and peer != self.own_id and peer not in self.neighbors and peer not in busy \
-            and self.retry_at.get(peer, 0.0) <= now and self.benched.get(peer, 0.0) <= now
+            and self.retry_at.get(peer, 0.0) <= now and not self.slots.is_benched(peer, now)
 
     def infos(self) -> list[PeerInfo]:
         """The neighbors' latest announcements (what the collect loop considers: at most max_degree)."""

@@ -11,6 +11,7 @@ So a neighbour's slot now rests on what this node saw itself:
     idle        a neighbour that delivered nothing for idle_rounds of our rounds (and idle_s
                 seconds) is pruned first when over D, and loses its slot to a candidate even below
                 D; it is then benched (refused) for a while, so it cannot take the slot straight back
+                (`slots.py`: the bench, and the slot held for its group)
     group       the /24 (IPv4) or /32 (IPv6) of the address its connection came from when it became a
                 neighbour, or the relay it came through (`subnet_of`): at most `per_subnet`
                 neighbours share a subnet and half the slots a relay, so one machine's k Sybils
@@ -43,10 +44,6 @@ from swarm_node.net.reach import observed_ip
 
 logger = logging.getLogger(__name__)
 
-IDLE_BENCH_S, MAX_IDLE_BENCH_S = 60.0, 600.0  # an idle neighbour evicted is refused for 60, 120 ... 600 s
-MAX_HOLDS = 256  # vacated slots held for their groups, at most (a flush needs 256 fresh holds within their time)
-EMPTY_MEMORY_S = IDLE_BENCH_S  # a neighbour that left before it delivered, back within this: its idle clock goes on
-SILENT_BENCH_S = 10.0  # ... one that delivered, then fell silent (its link down) for 10, 20, 40 ... 600 s (bench_s)
 STARVING_ROUNDS = 2  # measuring, and no neighbour delivered a packet we took for this many rounds: starving
 STARVING_S = 10.0  # ... and seconds (a node racing through rounds to catch up evicted its honest peer after 2 s)
 USELESS_ROUNDS = 5  # a neighbour none of whose groups carried a training signal for this many rounds yields its slot to a newcomer
@@ -118,15 +115,6 @@ class MeshParams:
         return cls.for_peers(k, cfg.record_ttl_s, cfg.max_packet_bytes, max(cfg.staleness, cfg.max_lag))
 
 
-def bench_s(evictions: int, silent: bool) -> float:
-    """How long an idle neighbour evicted for the `evictions`-th time is refused. `silent`: it delivered, then
-    nothing was heard from it for idle_s: its link is down (a partition, a crash, a freeze), not a slot held without
-    delivering, and a link that comes back comes back on both sides (CI, session 32: in a 20 s partition each side
-    benched the other for 60 s, and the cut node took a packet 19 rounds after the heal). Only after a delivery: an
-    empty Sybil that let our pushes hang got 10 s too (red team 14). Evicted again, it waits twice as long."""
-    return min(MAX_IDLE_BENCH_S, (SILENT_BENCH_S if silent else IDLE_BENCH_S) * 2 ** (evictions - 1))
-
-
 @dataclass
 class Neighbor:
     addrs: list[str]
@@ -140,7 +128,7 @@ class Neighbor:
     group: str | None = None  # what it counts in for the per-subnet limit (scores.subnet_of of addr; None: nothing)
 
     def silent(self, now: float, idle_s: float) -> bool:
-        """It delivered since it joined, then nothing was heard from it for idle_s: its link is down (`bench_s`)."""
+        """It delivered since it joined, then nothing was heard from it for idle_s: its link is down (`slots.bench_s`)."""
         return self.score is not None and self.score.delivered() and self.heard_at < now - idle_s
 
 
@@ -180,18 +168,6 @@ def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | Non
     # our NAT'd neighbours is still one we may take)
     return count(lambda g: g.removeprefix("relay:") == base) >= max(params.per_subnet, params.max_degree // 2) or \
         (group == base and count(lambda g: g == base) >= params.per_subnet)
-
-
-def hold(vacated: dict[str, tuple[str, float]], peer: str, group: str | None, until: float, now: float) -> None:
-    """`peer`'s vacated slot stays `group`'s until `until` (`crowded`; None: no group, no hold). At most MAX_HOLDS
-    holds, the expired going first, then the oldest (red team 16: holds piled up, 1,440 an hour for good)."""
-    if group is not None:
-        vacated[peer] = (group, max(until, vacated.get(peer, ("", 0.0))[1]))
-    if len(vacated) > MAX_HOLDS:
-        for p in [p for p, (_, t) in vacated.items() if t <= now]:
-            del vacated[p]
-        while len(vacated) > MAX_HOLDS:
-            del vacated[next(iter(vacated))]
 
 
 def best_outbound(neighbors: dict[str, Neighbor], out_quota: int) -> dict[str, list[str]]:
