@@ -50,9 +50,9 @@ class SlotMemory:
         """An idle neighbour lost its slot: bench it (`bench_s`; briefly while we starve, and then it does not count
         as an eviction) and hold its slot for its group as long. Returns the end of the bench."""
         self.evictions[peer] += not starving
+        until = now + (STARVING_BENCH_S if starving else bench_s(self.evictions[peer], silent))
         if len(self.evictions) > 4 * MAX_REMEMBERED:
             self.evictions.clear()
-        until = now + (STARVING_BENCH_S if starving else bench_s(self.evictions[peer], silent))
         self.bench(peer, group, until, now)
         return until
 
