@@ -88,3 +88,35 @@ def test_v2_announcement_and_membership_schemas():
     assert frame_length(encode_frame(big, MAX_ANNOUNCE_BYTES)[:4], MAX_ANNOUNCE_BYTES) > MAX_FRAME_BYTES
     with pytest.raises(FrameError):
         encode_frame(big)
+
+
+def lying_lengths(size: int) -> bytes:
+    """Nested array16 headers that each claim 8,192 entries (msgpack presizes a container to its claim), padded."""
+    body = b"\xdc\x20\x00" * (size // 6)
+    return body + b"\xc0" * (size - len(body))
+
+
+def test_a_frame_of_lying_container_lengths_is_refused_without_allocating_what_it_claims():
+    """Red team 17: an 8 KiB announcement frame of 1,024 such headers made the reader allocate 67 MB and spend
+    48 ms before it failed; now no container may claim more than MAX_CONTAINER entries."""
+    import tracemalloc
+
+    from swarm_node.net.records import MAX_CONTAINER
+    tracemalloc.start()
+    try:
+        with pytest.raises(FrameError):
+            decode_frame_body(lying_lengths(MAX_ANNOUNCE_BYTES))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, f"{peak / 1e6:.1f} MB allocated for an {MAX_ANNOUNCE_BYTES} B frame"
+    assert decode_frame_body(msgpack.packb({"peers": [[str(i), []] for i in range(MAX_CONTAINER)]}))
+    with pytest.raises(FrameError):
+        decode_frame_body(msgpack.packb({"peers": [[str(i), []] for i in range(MAX_CONTAINER + 1)]}))
+
+
+def test_a_frame_with_an_ext_type_is_refused():
+    """An ext is opaque to our parse but decoded by hivemind's reader (red team 17: one record with a bad ext made
+    every read of its DHT bucket fail); no frame or record of ours has one."""
+    with pytest.raises(FrameError):
+        decode_frame_body(msgpack.packb({"status": "ok", "x": msgpack.ExtType(0x40, b"\xc1")}))

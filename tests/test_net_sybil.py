@@ -208,3 +208,44 @@ def test_stores_through_every_storage_path_are_capped(monkeypatch):
     finally:
         a.close()
         loop.stop()
+
+
+def test_a_store_of_a_whole_dictionary_value_is_refused_before_hivemind_unpacks_it():
+    """Red team 17: hivemind's rpc_store unpacks an entry tagged as a whole dictionary with its own msgpack reader,
+    before any validator sees it, and that reader presizes containers to the lengths they claim (a 64 KiB
+    request of lying lengths cost ~60 ms). Our nodes never send such a store: it is refused unparsed."""
+    from hivemind.dht.protocol import DHTProtocol
+    from hivemind.dht.routing import DHTID
+    from hivemind.p2p import P2P, PeerID
+    from hivemind.proto import dht_pb2
+
+    from swarm_node.net.hivemind_internals import stores_whole_dictionary
+
+    run, loop = "dictstore", LoopThread("attacker")
+    a = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL), "m", "tok")
+    a.start()
+    key = DHTID.generate(source=member_key(run, 0)).to_bytes()
+
+    def request(tag: bytes) -> dht_pb2.StoreRequest:
+        return dht_pb2.StoreRequest(keys=[key], subkeys=[tag], values=[b"\xdc\x20\x00" * 2000],
+                                    expiration_time=[time.time() + 60], in_cache=[False])
+
+    async def send(req: dht_pb2.StoreRequest) -> str:
+        p2p = await P2P.create(host_maddrs=LOCAL, initial_peers=[a.join_addrs()[0]])
+        try:
+            await p2p.call_protobuf_handler(PeerID.from_base58(a.peer_id), "DHTProtocol.rpc_store", req,
+                                            dht_pb2.StoreResponse)
+            return "answered"
+        except Exception as e:
+            return repr(e)
+        finally:
+            await p2p.shutdown()
+
+    try:
+        assert stores_whole_dictionary(request(DHTProtocol.IS_DICTIONARY).SerializeToString())
+        assert not stores_whole_dictionary(request(b"\xc4\x03abc").SerializeToString())
+        assert not stores_whole_dictionary(b"\xff" * 10)
+        assert "whole dictionary" in loop.run(send(request(DHTProtocol.IS_DICTIONARY)), 60)
+    finally:
+        a.close()
+        loop.stop()
