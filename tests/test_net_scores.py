@@ -109,6 +109,17 @@ def test_sybils_announcing_degree_zero_cannot_eclipse_an_honest_pair(sybils_firs
         assert scores[other]["credits"] >= 20 and scores[other]["rounds_idle"] == 0
 
 
+def test_answers_never_take_a_node_past_its_slots():
+    """Red team 17's fuzz: 14 "ok" answers (dials that were all out at once, or answers never asked for) made 14
+    neighbours of a node with 6 slots. A starving node's rescue dials may take it out_quota past its slots; an
+    answer beyond that is treated as "full"."""
+    mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
+    answers = [mesh.on_reply(f"QmDialled{i}", {"status": "ok", **_ann()}, 1.0) for i in range(14)]
+    most = mesh.params.max_degree + mesh.params.out_quota
+    assert len(mesh.neighbors) == most == answers.count("ok")
+    assert answers.count("full") == 14 - most and mesh.retry_at["QmDialled13"] > 1.0
+
+
 def test_inbound_peers_cannot_take_the_outbound_slots_and_degree_claims_buy_nothing():
     mesh = Mesh("QmV", "r", 1, _params(), rng=random.Random(0))
     for s in SYBILS:

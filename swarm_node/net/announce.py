@@ -278,10 +278,13 @@ class Mesh:
             else:
                 reason = self.judge(ann)
                 group = self.group_of(peer, addr)
-                if reason is None and peer not in self.neighbors and crowded(self.neighbors, self.params, group,
-                                                                             self.slots.vacated, now, peer):
+                new = reason is None and peer not in self.neighbors
+                if new and crowded(self.neighbors, self.params, group, self.slots.vacated, now, peer):
                     self.refused["subnet"] += 1
                     status = STATUS_FULL  # its subnet holds its share of our slots: asked again later
+                elif new and len(self.neighbors) >= self.params.max_degree + self.params.out_quota:
+                    status = STATUS_FULL  # a starving node's rescue dials go this far past its slots (`rescue`), no
+                    # further: dials all out at once, or answers never asked for, made 14 of 6 (red team 17)
                 elif reason is None:  # a reply from a peer not yet our neighbor: we dialled it, a candidate we picked
                     self._admit(ann, now, outbound=peer not in self.neighbors, addr=addr, group=group)
                     self.neighbors[peer].sent_at = now
