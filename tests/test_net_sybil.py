@@ -249,3 +249,56 @@ def test_a_store_of_a_whole_dictionary_value_is_refused_before_hivemind_unpacks_
     finally:
         a.close()
         loop.stop()
+
+
+FIND_ANSWERS = '''
+import sys, msgpack
+from hivemind.dht.routing import DHTID
+from hivemind.dht.storage import DictionaryDHTValue
+from hivemind.p2p import PeerID
+from hivemind.proto import dht_pb2
+from hivemind.utils.serializer import MSGPackSerializer
+from swarm_node.config import SwarmConfig
+from swarm_node.net.hivemind import HivemindTransport
+
+nested = b"\\x90"
+for _ in range(400):  # tuples in tuples: each level re-enters msgpack's C reader (1,936 bytes)
+    nested = msgpack.packb(msgpack.ExtType(0x40, b"\\x91" + nested))
+lying = msgpack.packb(msgpack.ExtType(0x50, b"\\x93\\xc0\\xc0" + b"\\xdc\\x20\\x00" * 20000))
+honest = DictionaryDHTValue()
+for i in range(64):
+    honest.store(MSGPackSerializer.dumps(b"[owner:%d]" % i), b"v" * 300, 2e9)
+answers = {"nested": nested, "lying": lying, "honest": MSGPackSerializer.dumps(honest)}
+mode = sys.argv[1]
+node = HivemindTransport(SwarmConfig(run_id="finds", host_maddrs=["/ip4/127.0.0.1/tcp/0"], discovery=mode), "m", "t")
+node.start()
+protocol = node._dht.protocol
+protocol._validate_dictionary = lambda key, value: True  # what the answer does to the reader, not the validator
+for name, value in answers.items():
+    class Stub:
+        async def rpc_find(self, request, timeout=None):
+            return dht_pb2.FindResponse(results=[dht_pb2.FindResult(type=dht_pb2.FOUND_DICTIONARY, value=value,
+                                                                    expiration_time=2e9) for _ in request.keys])
+    protocol.get_stub = lambda peer: Stub()
+    found = node._loop.run(protocol.call_find(PeerID(b"\\x00" * 34), [DHTID.generate(source="k")]), 30)
+    print(name, "refused" if found is None else len(next(iter(found.values()))[0].value), flush=True)
+node.close()
+'''
+
+
+@pytest.mark.parametrize("discovery", ["push", "dht-key"])
+def test_a_find_answer_that_would_crash_hiveminds_reader_is_refused_by_ours(tmp_path, discovery):
+    """Red team 18: hivemind unpacks a dictionary value in a find answer before any validator, with no bounds and
+    with tuple ext types that re-enter msgpack's C reader at each level: 400 nested tuples (1,936 bytes) from any
+    peer we queried killed the node (SIGSEGV), and lying lengths cost 73 ms and 72 MB per answer. Our DHT reads
+    with bounds (a subprocess: on the old reader this crashes the interpreter); an honest bucket still reads."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "finds.py"
+    script.write_text(FIND_ANSWERS)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, str(script), discovery], capture_output=True, text=True, timeout=180,
+                         cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, (out.returncode, out.stdout[-500:], out.stderr[-2000:])
+    assert out.stdout.split() == ["nested", "refused", "lying", "refused", "honest", "64"], out.stdout

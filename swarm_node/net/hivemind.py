@@ -43,8 +43,8 @@ from swarm_node.net.discovery import (DHT_OP_TIMEOUT_S, MemberDirectory, PeerDir
                                       parse_initial_peers)
 from swarm_node.net.fetch import (ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, Offers, PacketServer, StreamLimits,
                                   download_packet, raise_fd_limit)
-from swarm_node.net.hivemind_internals import (cap_dictionary_values, dial, guard_dht_requests, has_routes, open_stream, p2pd_pid, ping,
-                                               wrap_rsa_key)
+from swarm_node.net.hivemind_internals import (cap_dictionary_values, create_dht, dial, guard_dht_requests, has_routes,
+                                               open_stream, p2pd_pid, ping, wrap_rsa_key)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
@@ -176,9 +176,7 @@ class HivemindTransport:
             await self._astart_push(key)
         else:
             validator = RecordValidator(key, self.cfg.run_id, self._stats)
-            self._dht = await DHTNode.create(p2p=self._p2p, record_validator=validator,
-                                             wait_timeout=DHT_RPC_TIMEOUT_S, num_workers=2,
-                                             client_mode=self.reachability.mode == "private")
+            self._dht = await create_dht(self._p2p, validator, DHT_RPC_TIMEOUT_S, self.reachability.mode == "private")
             self._directory = PeerDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self._stats)
         guard_dht_requests(self._p2p, self._limiter.allow_dht)  # per-peer and total rates, size: before parsing
         if self._initial and not await self._bootstrap_once():
@@ -198,9 +196,7 @@ class HivemindTransport:
         """Discovery v2: a DHT that holds only capped membership buckets (no caching of found values,
         so a holder serves only what it stores), and the announcement mesh on top."""
         validator = RecordValidator.members(key, self.cfg.run_id, self._stats)
-        self._dht = await DHTNode.create(p2p=self._p2p, record_validator=validator, wait_timeout=DHT_RPC_TIMEOUT_S,
-                                         num_workers=2, client_mode=self.reachability.mode == "private",
-                                         cache_locally=False, cache_nearest=0, cache_on_store=False)
+        self._dht = await create_dht(self._p2p, validator, DHT_RPC_TIMEOUT_S, self.reachability.mode == "private")
         cap_dictionary_values(self._dht, MAX_BUCKET_ENTRIES)
         members = MemberDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self.protocol, self._stats)
         params = MeshParams.for_config(self._mesh_k, self.cfg)

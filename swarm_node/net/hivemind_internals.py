@@ -9,16 +9,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import msgpack
+
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hivemind.dht.node import DHTNode
+from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.p2p.p2p_daemon_bindings.utils import raise_if_failed, read_pbmsg_safe, write_pbmsg
-from hivemind.dht.protocol import DHTProtocol
 from hivemind.proto import dht_pb2, p2pd_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
+from hivemind.utils.serializer import MSGPackSerializer
+
+DICTIONARY_EXT_CODE = 0x50  # hivemind's msgpack ext code of a DictionaryDHTValue (hivemind.dht.storage)
+MAX_DHT_ITEMS = 1024  # subkeys in a dictionary value a peer sends (a membership bucket holds 64; v1's key one per node)
 
 
 def wrap_rsa_key(key: rsa.RSAPrivateKey) -> RSAPrivateKey:
@@ -98,6 +104,46 @@ def cap_dictionary_values(dht: DHTNode, max_entries: int) -> None:
     private `protocol.storage` and `protocol.cache`, both empty right after `DHTNode.create`."""
     dht.protocol.storage = CappedStorage(max_entries)
     dht.protocol.cache = NoStorage()
+
+
+def _no_ext(code: int, data: bytes) -> object:
+    raise ValueError(f"msgpack ext type {code} is refused in a DHT value")
+
+
+def _dictionary_only(code: int, data: bytes) -> DictionaryDHTValue:
+    """hivemind's ext 0x50 (a dictionary value: [maxsize, latest expiration, [[subkey, value, expiration], ...]])
+    rebuilt with bounds; every other ext, its tuple 0x40 included, refused (its items are plain lists)."""
+    if code != DICTIONARY_EXT_CODE:
+        return _no_ext(code, data)
+    maxsize, latest, items = msgpack.unpackb(data, raw=False, ext_hook=_no_ext, max_array_len=MAX_DHT_ITEMS,
+                                             max_map_len=0)
+    with DictionaryDHTValue(maxsize if isinstance(maxsize, int) else None).freeze() as value:
+        for subkey, item, expiration_time in items:
+            value.store(subkey, item, expiration_time)
+        value.latest_expiration_time = latest
+        return value
+
+
+class BoundedDHTSerializer(MSGPackSerializer):
+    """hivemind's DHT serializer, reading with bounds: `DHTProtocol` unpacks a dictionary value a peer sends (a
+    find answer, a store) before any validator sees it, with no container bounds and with tuple ext types that
+    re-enter msgpack's C reader at each level: ~200 nested tuples (936 bytes) in one find answer overflowed the
+    C stack and killed the node (SIGSEGV), and lying container lengths cost 73 ms and 72 MB per answer (red team
+    18). Writes as hivemind does."""
+
+    @classmethod
+    def loads(cls, buf: bytes) -> object:
+        return msgpack.unpackb(buf, raw=False, ext_hook=_dictionary_only, max_array_len=MAX_DHT_ITEMS, max_map_len=0)
+
+
+async def create_dht(p2p: P2P, validator, wait_timeout: float, client_mode: bool) -> DHTNode:
+    """A DHTNode that never caches what it finds (a holder serves only what it stores, and it never sends a store
+    of a whole dictionary, which `guard_dht_requests` refuses) and reads peers' dictionary values with
+    `BoundedDHTSerializer` (private `protocol.serializer`, a class attribute hivemind reads through the instance)."""
+    dht = await DHTNode.create(p2p=p2p, record_validator=validator, wait_timeout=wait_timeout, num_workers=2,
+                               client_mode=client_mode, cache_locally=False, cache_nearest=0, cache_on_store=False)
+    dht.protocol.serializer = BoundedDHTSerializer
+    return dht
 
 
 def guard_dht_requests(p2p: P2P, allow: Callable[[str, int], bool]) -> None:

@@ -283,7 +283,8 @@ def unpack_untrusted(data: bytes) -> object:
     container to the length it claims, so 1,024 nested headers each claiming 8,192 entries made an 8 KiB frame
     cost 67 MB and 48 ms, and a 64 KiB DHT request half a second: red team 17), and no ext types (hivemind's
     reader decodes those that our parse left opaque, and one record with a bad ext made every read of its
-    DHT bucket fail). Raises ValueError (or msgpack's own errors) on anything else."""
+    DHT bucket fail; msgpack reads the timestamp type -1 natively, and no field of ours accepts one). Raises
+    ValueError (or msgpack's own errors) on anything else."""
     return msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=MAX_CONTAINER,
                            max_map_len=MAX_CONTAINER, ext_hook=_refuse_ext)
 
