@@ -24,6 +24,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.serializer import MSGPackSerializer
 
 DICTIONARY_EXT_CODE = 0x50  # hivemind's msgpack ext code of a DictionaryDHTValue (hivemind.dht.storage)
+MAX_DHT_MAP = 64  # keys in a map a DHT value holds (our records have fewer than 10)
 MAX_DHT_ITEMS = 1024  # subkeys in a dictionary value a peer sends (a membership bucket holds 64; v1's key one per node)
 
 
@@ -133,7 +134,8 @@ class BoundedDHTSerializer(MSGPackSerializer):
 
     @classmethod
     def loads(cls, buf: bytes) -> object:
-        return msgpack.unpackb(buf, raw=False, ext_hook=_dictionary_only, max_array_len=MAX_DHT_ITEMS, max_map_len=0)
+        return msgpack.unpackb(buf, raw=False, ext_hook=_dictionary_only, max_array_len=MAX_DHT_ITEMS,
+                               max_map_len=MAX_DHT_MAP)  # values too: `DHTNode` reads validated records with it
 
 
 async def create_dht(p2p: P2P, validator, wait_timeout: float, client_mode: bool) -> DHTNode:
