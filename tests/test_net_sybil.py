@@ -180,6 +180,7 @@ def test_stores_through_every_storage_path_are_capped(monkeypatch):
     verification budgets are lifted here: hivemind validates a cached store before it is refused,
     so the first path would spend the second's budget; that is budgets, tested in test_net_discovery.)"""
     import swarm_node.net.discovery as D
+    from swarm_node.net.hivemind_internals import MAX_STORE_ENTRIES
 
     monkeypatch.setattr(D, "VERIFY_BURST", 10_000.0)
     monkeypatch.setattr(D, "OWNER_VERIFY_BURST", 10_000.0)
@@ -194,7 +195,7 @@ def test_stores_through_every_storage_path_are_capped(monkeypatch):
         assert stored is None  # one request of 300 records (~450 KB): refused before a byte of it is parsed
         for in_cache in (True, False):
             stored, found = loop.run(store_directly(signer, keys, member_key(run, 0), a.peer_id, a.join_addrs()[0],
-                                                    in_cache, per_request=25), 120)
+                                                    in_cache, per_request=MAX_STORE_ENTRIES), 120)
             assert stored is not None and len(stored) == len(keys)
             served = 0 if found is None else len(found.value)
             assert served <= MAX_BUCKET_ENTRIES, (in_cache, served)
@@ -219,7 +220,10 @@ def test_a_store_of_a_whole_dictionary_value_is_refused_before_hivemind_unpacks_
     from hivemind.p2p import P2P, PeerID
     from hivemind.proto import dht_pb2
 
-    from swarm_node.net.hivemind_internals import stores_whole_dictionary
+    from swarm_node.net.hivemind_internals import dht_request_problem
+
+    def stores_whole_dictionary(request: bytes) -> bool:
+        return dht_request_problem("DHTProtocol.rpc_store", request) == "a store of a whole dictionary value"
 
     run, loop = "dictstore", LoopThread("attacker")
     a = HivemindTransport(SwarmConfig(run_id=run, host_maddrs=LOCAL), "m", "tok")
@@ -302,3 +306,120 @@ def test_a_find_answer_that_would_crash_hiveminds_reader_is_refused_by_ours(tmp_
                          cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert out.returncode == 0, (out.returncode, out.stdout[-500:], out.stderr[-2000:])
     assert out.stdout.split() == ["nested", "refused", "lying", "refused", "honest", "64"], out.stdout
+
+
+def test_a_unary_call_that_does_not_parse_or_names_no_handler_leaves_the_nodes_dht_working():
+    """Red team 19: p2pd forwards unknown protobuf fields of a unary call, and ~100 nested groups (~300 bytes)
+    made hivemind's reader of the persistent connection raise and end: every DHT request to the node and every
+    DHT call it made timed out from then on. A call naming a protocol nobody registered logged the name (the
+    peer's choice, up to 512 KiB) and leaked a task entry. Now both are dropped and answered; the DHT works."""
+    import asyncio
+    import uuid
+
+    from google.protobuf.internal.encoder import _VarintBytes
+    from hivemind.p2p import P2P, PeerID
+    from hivemind.proto import dht_pb2, p2pd_pb2
+
+    def field(number: int, data: bytes) -> bytes:
+        return _VarintBytes((number << 3) | 2) + _VarintBytes(len(data)) + data
+
+    class Raw:  # what hivemind's writer needs of a message
+        def __init__(self, data: bytes):
+            self.data = data
+
+        def ByteSize(self) -> int:
+            return len(self.data)
+
+        def SerializeToString(self) -> bytes:
+            return self.data
+
+    victim, loop = HivemindTransport(SwarmConfig(run_id="reader", host_maddrs=LOCAL), "m", "tok"), LoopThread("attacker")
+    victim.start()
+    call = p2pd_pb2.CallUnaryRequest.DESCRIPTOR.fields_by_name
+    outer = p2pd_pb2.PersistentConnectionRequest.DESCRIPTOR.fields_by_name
+
+    async def attack() -> list[str]:
+        p2p = await P2P.create(host_maddrs=LOCAL, initial_peers=[victim.join_addrs()[0]])
+        control, target = p2p._client.control, PeerID.from_base58(victim.peer_id)
+
+        async def ping() -> str:
+            try:
+                await p2p.call_protobuf_handler(target, "DHTProtocol.rpc_ping", dht_pb2.PingRequest(validate=False),
+                                                dht_pb2.PingResponse)
+                return "answered"
+            except Exception as e:
+                return type(e).__name__
+
+        seen = [await ping()]
+        groups = bytes([(15 << 3) | 3]) * 120 + bytes([(15 << 3) | 4]) * 120  # 120 nested unknown groups
+        for proto in (b"DHTProtocol.rpc_ping", b"Unregistered." + b"x" * 100_000):
+            body = field(call["peer"].number, target.to_bytes()) + field(call["proto"].number, proto) + \
+                field(call["data"].number, b"") + (groups if proto.startswith(b"DHT") else b"")
+            cid = uuid.uuid4()
+            control._pending_calls[cid] = asyncio.get_running_loop().create_future()
+            await control._pending_messages.put(Raw(field(outer["callId"].number, cid.bytes) +
+                                                    field(outer["callUnary"].number, body)))
+            try:
+                await asyncio.wait_for(control._pending_calls[cid], 5)
+                seen.append("answered")
+            except Exception as e:
+                seen.append(type(e).__name__)
+        await asyncio.sleep(1.0)
+        seen.append(await ping())
+        await p2p.shutdown()
+        return seen
+
+    try:
+        seen = loop.run(attack(), 120)
+        control = victim._p2p._client.control
+        assert seen[0] == "answered" and seen[-1] == "answered", seen  # the DHT answers before and after
+        assert seen[2] in ("P2PHandlerError", "P2PDaemonError"), seen  # answered (here by p2pd), not left to time out
+        assert not control._read_task.done() and not control._handler_tasks, seen
+    finally:
+        victim.close()
+        loop.stop()
+
+
+def test_a_find_answer_naming_a_huge_peer_id_is_refused_before_base58():
+    """Red team 19: every nearest peer of a find answer was base58-encoded in pure Python, quadratic in its length:
+    one id of 64 KiB froze the transport's loop 4.8 s. Ids over MAX_PEER_ID_BYTES are refused first."""
+    import hivemind.dht.protocol as dht_protocol
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net.hivemind_hardening import MAX_PEER_ID_BYTES, harden_hivemind
+    harden_hivemind()
+    real = PeerID.from_base58("QmVsSTqkpYHeDafTkTQ3YtgWKWmp45B25iKYUVHskuWoGQ")
+    with pytest.raises(ValueError):
+        dht_protocol.PeerID(b"\x12\x20" + b"x" * 65536)
+    assert dht_protocol.PeerID(real.to_bytes()) == real and len(real.to_bytes()) <= MAX_PEER_ID_BYTES
+
+
+def test_a_forwarded_call_for_a_protocol_we_never_registered_is_answered_and_leaves_nothing_behind():
+    """Red team 19: a raw stream on a registered protocol can carry a call naming another (p2pd forwards the
+    request's own name): hivemind logged that name, up to 512 KiB of the peer's choosing, and kept the task entry
+    of every such call (1.4 GB an hour from one peer). Now it is answered with an error and forgotten."""
+    import asyncio
+    import uuid
+
+    from hivemind.p2p.p2p_daemon_bindings.control import ControlClient
+    from hivemind.proto import p2pd_pb2
+
+    from swarm_node.net.hivemind_hardening import harden_hivemind
+    harden_hivemind()
+
+    class Control:  # the state hivemind's ControlClient keeps for it
+        unary_handlers: dict = {}
+        persistent_conn_max_msg_size = 1 << 20
+
+        def __init__(self):
+            self._handler_tasks, self._pending_messages = {}, asyncio.Queue()
+
+    async def handle() -> tuple:
+        control, cid = Control(), uuid.uuid4()
+        request = p2pd_pb2.CallUnaryRequest(proto="Unregistered." + "x" * 100_000, data=b"")
+        control._handler_tasks[cid] = asyncio.current_task()
+        await ControlClient._handle_persistent_request(control, cid, request)
+        return control._handler_tasks, control._pending_messages.get_nowait()
+
+    left, answer = asyncio.run(handle())
+    assert left == {} and answer.unaryResponse.error.startswith(b"P2PHandlerError") and answer.ByteSize() < 2048

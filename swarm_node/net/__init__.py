@@ -21,12 +21,13 @@
     daemon.py        start p2pd so peers can reach it: public, or private behind a circuit relay
     hivemind.py      HivemindTransport: push announcements + libp2p stream pull (v1 selectable)
     hivemind_internals.py  every use of a hivemind private attribute, fenced in one place
+    hivemind_hardening.py  hivemind's readers of a peer's bytes, bounded (patched before p2pd starts)
     memory.py        MemoryTransport: the same protocol and collect loop in one process, for tests
     probe.py         the live conformance probe of a running node (`protocol conformance --peer`; no hivemind)
 
-Only daemon.py, discovery.py, hivemind.py and hivemind_internals.py import hivemind: they are the libp2p
-implementation, split to keep each module readable; private attributes are touched only in
-hivemind_internals.py, and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
+Only daemon.py, discovery.py, hivemind.py, hivemind_internals.py and hivemind_hardening.py import hivemind: they are
+the libp2p implementation, split to keep each module readable; private attributes are touched only in
+hivemind_internals.py and hivemind_hardening.py (which replaces two of hivemind's methods), and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
 sees only bytes, peer ids, digests and rounds: no hivemind types.
 """
 

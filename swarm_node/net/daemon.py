@@ -21,6 +21,7 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarm_node.config import SwarmConfig
 from swarm_node.net import SwarmError
+from swarm_node.net.hivemind_hardening import harden_hivemind
 from swarm_node.net.hivemind_internals import StaticRelayP2P, dial, open_stream
 from swarm_node.net.reach import (DIALBACK_PROTOCOL, DIALBACK_TIMEOUT_S, Reachability, announce_order, ask_dialback,
                                   p2p_options, status_line, tcp_ports, verdict, with_port)
@@ -38,6 +39,7 @@ MAX_DHT_MESSAGE_BYTES = 512 * 1024
 
 async def create_p2p(cfg: SwarmConfig, identity: bytes, mode: str) -> P2P:
     """Start p2pd as a `mode` (public | private) node with our key (reach.p2p_options)."""
+    harden_hivemind()  # hivemind's readers of peers' bytes, bounded (hivemind_hardening.py)
     options = p2p_options(mode, cfg.relay, list(cfg.relays) or list(cfg.peers), cfg.public_ip, cfg.port)
     tmpdir = tempfile.mkdtemp(prefix="swarm-node-")
     try:  # p2pd reads the key from a file; give it our key so the peer id matches the record key

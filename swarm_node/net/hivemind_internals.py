@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import msgpack
-
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
@@ -21,11 +19,11 @@ from hivemind.p2p.p2p_daemon_bindings.utils import raise_if_failed, read_pbmsg_s
 from hivemind.proto import dht_pb2, p2pd_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
-from hivemind.utils.serializer import MSGPackSerializer
 
-DICTIONARY_EXT_CODE = 0x50  # hivemind's msgpack ext code of a DictionaryDHTValue (hivemind.dht.storage)
-MAX_DHT_MAP = 64  # keys in a map a DHT value holds (our records have fewer than 10)
-MAX_DHT_ITEMS = 1024  # subkeys in a dictionary value a peer sends (a membership bucket holds 64; v1's key one per node)
+from swarm_node.net.hivemind_hardening import BoundedDHTSerializer
+
+MAX_FIND_KEYS = 32  # keys in one find request (a node reads its run's 8 membership keys at once)
+MAX_STORE_ENTRIES = 16  # entries in one store request (a node stores its one record at a time)
 
 
 def wrap_rsa_key(key: rsa.RSAPrivateKey) -> RSAPrivateKey:
@@ -107,37 +105,6 @@ def cap_dictionary_values(dht: DHTNode, max_entries: int) -> None:
     dht.protocol.cache = NoStorage()
 
 
-def _no_ext(code: int, data: bytes) -> object:
-    raise ValueError(f"msgpack ext type {code} is refused in a DHT value")
-
-
-def _dictionary_only(code: int, data: bytes) -> DictionaryDHTValue:
-    """hivemind's ext 0x50 (a dictionary value: [maxsize, latest expiration, [[subkey, value, expiration], ...]])
-    rebuilt with bounds; every other ext, its tuple 0x40 included, refused (its items are plain lists)."""
-    if code != DICTIONARY_EXT_CODE:
-        return _no_ext(code, data)
-    maxsize, latest, items = msgpack.unpackb(data, raw=False, ext_hook=_no_ext, max_array_len=MAX_DHT_ITEMS,
-                                             max_map_len=0)
-    with DictionaryDHTValue(maxsize if isinstance(maxsize, int) else None).freeze() as value:
-        for subkey, item, expiration_time in items:
-            value.store(subkey, item, expiration_time)
-        value.latest_expiration_time = latest
-        return value
-
-
-class BoundedDHTSerializer(MSGPackSerializer):
-    """hivemind's DHT serializer, reading with bounds: `DHTProtocol` unpacks a dictionary value a peer sends (a
-    find answer, a store) before any validator sees it, with no container bounds and with tuple ext types that
-    re-enter msgpack's C reader at each level: ~200 nested tuples (936 bytes) in one find answer overflowed the
-    C stack and killed the node (SIGSEGV), and lying container lengths cost 73 ms and 72 MB per answer (red team
-    18). Writes as hivemind does."""
-
-    @classmethod
-    def loads(cls, buf: bytes) -> object:
-        return msgpack.unpackb(buf, raw=False, ext_hook=_dictionary_only, max_array_len=MAX_DHT_ITEMS,
-                               max_map_len=MAX_DHT_MAP)  # values too: `DHTNode` reads validated records with it
-
-
 async def create_dht(p2p: P2P, validator, wait_timeout: float, client_mode: bool) -> DHTNode:
     """A DHTNode that never caches what it finds (a holder serves only what it stores, and it never sends a store
     of a whole dictionary, which `guard_dht_requests` refuses) and reads peers' dictionary values with
@@ -160,21 +127,33 @@ def guard_dht_requests(p2p: P2P, allow: Callable[[str, int], bool]) -> None:
             async def guarded(request: bytes, remote_id: PeerID, handler=handler, name=name) -> bytes:
                 if not allow(str(remote_id), len(request)):
                     raise PermissionError("refused: over this peer's DHT request rate or size")
-                if name.endswith(".rpc_store") and stores_whole_dictionary(request):
-                    raise PermissionError("refused: a store of a whole dictionary value")
+                problem = dht_request_problem(name, request)
+                if problem is not None:
+                    raise PermissionError(f"refused: {problem}")
                 return await handler(request, remote_id)
             handlers[name] = guarded
 
 
-def stores_whole_dictionary(request: bytes) -> bool:
-    """A StoreRequest with an entry tagged as a whole dictionary value, which `DHTProtocol.rpc_store` unpacks with
-    hivemind's own msgpack reader before any validator sees it (no container bounds: a 64 KiB request of lying
-    array lengths cost ~60 ms: red team 17). Our nodes store one subkey at a time and never cache, so they never
-    send one; an unparsable request is left to hivemind, which refuses it."""
+def dht_request_problem(name: str, request: bytes) -> str | None:
+    """Why a store or find request is refused before hivemind handles it (None: it is not). A store entry tagged as
+    a whole dictionary value is unpacked by `DHTProtocol.rpc_store` with hivemind's own reader before any validator
+    (~60 ms for 64 KiB of lying lengths: red team 17); our nodes store one subkey at a time and never cache, so they
+    never send one. A find of 2,977 keys in 64 KiB cost 155 ms and a 3.5 MB answer (red team 19). An unparsable
+    request is left to hivemind, which refuses it."""
     try:
-        return DHTProtocol.IS_DICTIONARY in dht_pb2.StoreRequest.FromString(request).subkeys
+        if name.endswith(".rpc_store"):
+            store = dht_pb2.StoreRequest.FromString(request)
+            if len(store.keys) > MAX_STORE_ENTRIES:
+                return f"a store of {len(store.keys)} entries (at most {MAX_STORE_ENTRIES})"
+            if DHTProtocol.IS_DICTIONARY in store.subkeys:
+                return "a store of a whole dictionary value"
+        elif name.endswith(".rpc_find"):
+            keys = len(dht_pb2.FindRequest.FromString(request).keys)
+            if keys > MAX_FIND_KEYS:
+                return f"a find of {keys} keys (at most {MAX_FIND_KEYS})"
     except Exception:
-        return False
+        return None
+    return None
 
 
 def is_old_version(error: Exception) -> bool:
