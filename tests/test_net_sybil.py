@@ -423,3 +423,40 @@ def test_a_forwarded_call_for_a_protocol_we_never_registered_is_answered_and_lea
 
     left, answer = asyncio.run(handle())
     assert left == {} and answer.unaryResponse.error.startswith(b"P2PHandlerError") and answer.ByteSize() < 2048
+
+
+def test_the_hardened_reader_ends_on_a_failed_read_and_fails_the_calls_still_waiting():
+    """Red team 20: retrying a failed read spun the loop at 100 % (a socket error repeats at once); a read that
+    fails ends the reader, as hivemind's did, and calls still waiting fail instead of hanging for ever. A message
+    that does not parse, read whole before it, is dropped and the next one read."""
+    import asyncio
+    import uuid
+
+    from google.protobuf.internal.encoder import _VarintBytes
+    from hivemind.p2p.p2p_daemon_bindings.control import ControlClient
+    from hivemind.proto import p2pd_pb2
+
+    from swarm_node.net.hivemind_hardening import harden_hivemind
+    harden_hivemind()
+
+    class Control:
+        def __init__(self):
+            self._pending_calls, self._handler_tasks = {}, {}
+
+    async def read() -> tuple:
+        control, waiting, answered = Control(), uuid.uuid4(), uuid.uuid4()
+        loop = asyncio.get_running_loop()
+        control._pending_calls = {waiting: loop.create_future(), answered: loop.create_future()}
+        reader = asyncio.StreamReader()
+        junk = bytes([(15 << 3) | 3]) * 120 + bytes([(15 << 3) | 4]) * 120  # nested groups: does not parse
+        good = p2pd_pb2.PersistentConnectionResponse(callId=answered.bytes, callUnaryResponse=p2pd_pb2.CallUnaryResponse(
+            response=b"pong")).SerializeToString()
+        reader.feed_data(_VarintBytes(len(junk)) + junk + _VarintBytes(len(good)) + good)
+        task = asyncio.create_task(ControlClient._read_from_persistent_conn(control, reader))
+        await asyncio.sleep(0.2)  # both messages read; then the socket fails
+        reader.set_exception(ConnectionResetError("p2pd went away"))
+        await asyncio.wait_for(task, 5)
+        return control._pending_calls[answered].result(), control._pending_calls[waiting].exception()
+
+    answer, failure = asyncio.run(read())
+    assert answer == b"pong" and "closed" in str(failure)

@@ -29,7 +29,7 @@ import msgpack
 from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.p2p import PeerID
 from hivemind.p2p.p2p_daemon_bindings.control import ControlClient
-from hivemind.p2p.p2p_daemon_bindings.utils import P2PDaemonError, P2PHandlerError, read_pbmsg_safe
+from hivemind.p2p.p2p_daemon_bindings.utils import P2PDaemonError, P2PHandlerError, read_unsigned_varint
 from hivemind.proto import p2pd_pb2
 from hivemind.utils.serializer import MSGPackSerializer
 
@@ -50,12 +50,14 @@ def _dictionary_only(code: int, data: bytes) -> DictionaryDHTValue:
     rebuilt with bounds; every other ext, its tuple 0x40 included, refused (its items are plain lists)."""
     if code != DICTIONARY_EXT_CODE:
         return _no_ext(code, data)
-    maxsize, latest, items = msgpack.unpackb(data, raw=False, ext_hook=_no_ext, max_array_len=MAX_DHT_ITEMS,
+    maxsize, _latest, items = msgpack.unpackb(data, raw=False, ext_hook=_no_ext, max_array_len=MAX_DHT_ITEMS,
                                              max_map_len=0)
-    with DictionaryDHTValue(maxsize if isinstance(maxsize, int) else None).freeze() as value:
+    # a peer's maxsize only if sane; its `latest` never (`store` sets it from the items, and a str there broke the
+    # merge of an honest answer later, outside call_find's error handling: red team 20)
+    sane = type(maxsize) is int and 0 < maxsize <= MAX_DHT_ITEMS
+    with DictionaryDHTValue(maxsize if sane else None).freeze() as value:
         for subkey, item, expiration_time in items:
             value.store(subkey, item, expiration_time)
-        value.latest_expiration_time = latest
         return value
 
 
@@ -80,20 +82,25 @@ class BoundedPeerID(PeerID):
 
 async def _read_from_persistent_conn(self: ControlClient, reader: asyncio.StreamReader) -> None:
     """= hivemind's reader of p2pd's persistent connection, but a message that does not parse (or whose handling
-    fails) is dropped instead of ending the reader."""
-    while True:
-        resp = p2pd_pb2.PersistentConnectionResponse()
-        try:
-            await read_pbmsg_safe(reader, resp)
-        except asyncio.IncompleteReadError:
-            break
-        except Exception as e:  # read whole, then refused by the parser: the stream is still aligned
-            logger.debug("dropped a message of p2pd's persistent connection that does not parse: %r", e)
-            continue
-        try:
-            _dispatch(self, UUID(bytes=resp.callId), resp)
-        except Exception as e:
-            logger.debug("dropped a message of p2pd's persistent connection: %r", e)
+    fails) is dropped instead of ending the reader. A failed read ends it as before (a socket error repeats at once:
+    retrying it spun the loop), and then every call still waiting fails instead of waiting for ever."""
+    try:
+        while True:
+            try:
+                data = await reader.readexactly(await read_unsigned_varint(reader))
+            except Exception as e:
+                logger.debug("p2pd's persistent connection ended: %r", e)
+                break
+            resp = p2pd_pb2.PersistentConnectionResponse()
+            try:  # read whole, then refused by the parser: the stream is still aligned
+                resp.ParseFromString(data)
+                _dispatch(self, UUID(bytes=resp.callId), resp)
+            except Exception as e:
+                logger.debug("dropped a message of p2pd's persistent connection: %r", e)
+    finally:
+        for pending in list(self._pending_calls.values()):
+            if not pending.done():
+                pending.set_exception(P2PDaemonError("p2pd's persistent connection closed"))
 
 
 def _dispatch(self: ControlClient, call_id: UUID, resp: p2pd_pb2.PersistentConnectionResponse) -> None:
@@ -131,11 +138,13 @@ async def _handle_persistent_request(self: ControlClient, call_id: UUID, request
                 error=b"response size exceeds message size limit"))
         await self._pending_messages.put(payload)
     finally:
-        self._handler_tasks.pop(call_id, None)
+        if self._handler_tasks.get(call_id) is asyncio.current_task():
+            del self._handler_tasks[call_id]
 
 
 def harden_hivemind() -> None:
     """Patch hivemind's readers of peer bytes for this process (idempotent)."""
     ControlClient._read_from_persistent_conn = _read_from_persistent_conn
     ControlClient._handle_persistent_request = _handle_persistent_request
+    dht_protocol.DHTProtocol.serializer = BoundedDHTSerializer  # from its first request on (`create_dht` also sets it)
     dht_protocol.PeerID = BoundedPeerID  # the name call_find resolves when it reads a find answer's nearest peers
