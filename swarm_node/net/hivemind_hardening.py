@@ -146,5 +146,5 @@ def harden_hivemind() -> None:
     """Patch hivemind's readers of peer bytes for this process (idempotent)."""
     ControlClient._read_from_persistent_conn = _read_from_persistent_conn
     ControlClient._handle_persistent_request = _handle_persistent_request
-    dht_protocol.DHTProtocol.serializer = BoundedDHTSerializer  # from its first request on (`create_dht` also sets it)
+    dht_protocol.DHTProtocol.serializer = BoundedDHTSerializer  # every DHT protocol, from its first request on
     dht_protocol.PeerID = BoundedPeerID  # the name call_find resolves when it reads a find answer's nearest peers

@@ -20,8 +20,6 @@ from hivemind.proto import dht_pb2, p2pd_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarm_node.net.hivemind_hardening import BoundedDHTSerializer
-
 MAX_FIND_KEYS = 32  # keys in one find request (a node reads its run's 8 membership keys at once)
 MAX_STORE_ENTRIES = 16  # entries in one store request (a node stores its one record at a time)
 
@@ -107,12 +105,11 @@ def cap_dictionary_values(dht: DHTNode, max_entries: int) -> None:
 
 async def create_dht(p2p: P2P, validator, wait_timeout: float, client_mode: bool) -> DHTNode:
     """A DHTNode that never caches what it finds (a holder serves only what it stores, and it never sends a store
-    of a whole dictionary, which `guard_dht_requests` refuses) and reads peers' dictionary values with
-    `BoundedDHTSerializer` (private `protocol.serializer`, a class attribute hivemind reads through the instance)."""
-    dht = await DHTNode.create(p2p=p2p, record_validator=validator, wait_timeout=wait_timeout, num_workers=2,
-                               client_mode=client_mode, cache_locally=False, cache_nearest=0, cache_on_store=False)
-    dht.protocol.serializer = BoundedDHTSerializer
-    return dht
+    of a whole dictionary, which `guard_dht_requests` refuses). It reads peers' dictionary values with
+    `hivemind_hardening.BoundedDHTSerializer`, the protocol's class default once `harden_hivemind` has run (it runs
+    before p2pd starts, so before any DHT exists)."""
+    return await DHTNode.create(p2p=p2p, record_validator=validator, wait_timeout=wait_timeout, num_workers=2,
+                                client_mode=client_mode, cache_locally=False, cache_nearest=0, cache_on_store=False)
 
 
 def guard_dht_requests(p2p: P2P, allow: Callable[[str, int], bool]) -> None:
