@@ -148,3 +148,107 @@ def test_streams_held_silent_by_a_stranger_cannot_cut_two_neighbours_apart(monke
     finally:
         for n in (v, h, attacker):
             n.close()
+
+
+async def fetch_flood(p2p, target: str, counts: dict) -> None:
+    """LOOPS loops opening fetch streams to `target` and closing them at once, for FLOOD_S at most."""
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net.hivemind_internals import open_stream
+    from swarm_node.net.records import FETCH_PROTOCOLS
+
+    async def loop(t_end: float) -> None:
+        while time.monotonic() < t_end and counts["sent"] < MAX_STREAMS:
+            counts["sent"] += 1
+            try:
+                _, _, writer = await asyncio.wait_for(open_stream(p2p, PeerID.from_base58(target), FETCH_PROTOCOLS), 2)
+                writer.close()
+            except Exception:
+                counts["errors"] += 1
+                await asyncio.sleep(0.001)
+    t_end = time.monotonic() + FLOOD_S
+    await asyncio.gather(*(loop(t_end) for _ in range(LOOPS)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", ["announce", "fetch"])
+def test_a_flood_shuts_the_public_ids_while_neighbours_go_on_over_their_lanes(stream):
+    """issue 27's flood bar: a graylisted id's stream still cost the node ~0.35 ms, in p2pd and in our
+    Python; an id p2pd does not know is refused inside p2pd. V and H reach each other on lanes (ids of their
+    own, `net/lanes.py`); a flood of announcement or fetch streams shuts V's public ids (strangers are
+    refused in p2pd) while H's pushes and
+    fetches keep coming; the flooder, once a neighbour, lost its lane; and a lane serves only its peer."""
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net.hivemind_internals import open_stream
+    from swarm_node.net.lanes import LANE_INFIX
+    from swarm_node.net.records import ANNOUNCE_PROTOCOL, ANNOUNCE_PROTOCOLS, FETCH_PROTOCOL, send_announcement
+
+    run = "lanes"
+    v, h, attacker = _victim_honest_attacker(run)
+    try:
+        announcement = {"run_id": run, "seq": 1, "degree": 0, "model_id": "m", "tokenizer": "tok",
+                        "protocol": v.protocol, "round": 1, "policy_version": 1, "offers": [], "addrs": [], "peers": []}
+        lanes_v, lanes_h = v._push.lanes, h._push.lanes
+        r = 0
+
+        def exchange() -> None:
+            nonlocal r
+            r += 1
+            data = {n.peer_id: os.urandom(2_000) for n in (v, h)}
+            for n in (v, h):
+                n.offer(r, r, data[n.peer_id])
+            got = v.collect(r, r, min_peers=1, deadline_s=10)
+            assert [(x.peer_id, x.data) for x in got.packets] == [(h.peer_id, data[h.peer_id])], r
+            v.credit(h.peer_id)
+            got = h.collect(r, r, min_peers=1, deadline_s=10)
+            assert [(x.peer_id, x.data) for x in got.packets] == [(v.peer_id, data[v.peer_id])], r
+            h.credit(v.peer_id)
+
+        t0 = time.monotonic()
+        linked = lambda: (h.peer_id in lanes_v.open and v.peer_id in lanes_h.theirs and v.peer_id in lanes_h.open
+                          and h.peer_id in lanes_v.theirs)  # noqa: E731
+        while not linked() and time.monotonic() - t0 < 20:
+            exchange()
+        token = lanes_h.theirs[v.peer_id]
+        assert linked() and token == lanes_v.token(h.peer_id) and lanes_v.theirs[h.peer_id] == lanes_h.token(v.peer_id)
+        assert lanes_v.open[h.peer_id] == [ANNOUNCE_PROTOCOL + LANE_INFIX + token, FETCH_PROTOCOL + LANE_INFIX + token]
+
+        async def stranger_on(proto: str) -> str:
+            try:
+                _, reader, writer = await open_stream(attacker._p2p, PeerID.from_base58(v.peer_id), proto)
+            except Exception as e:
+                return "refused by p2pd" if "protocols not supported" in str(e) else repr(e)
+            try:
+                await asyncio.wait_for(send_announcement(reader, writer, announcement), 3)
+                return "answered"
+            except Exception:
+                return "closed"
+            finally:
+                writer.close()
+        assert attacker._run(stranger_on(lanes_v.open[h.peer_id][0]), 10) == "closed"  # H's lane: H only
+
+        counts = {"sent": 0, "answered": 0, "errors": 0}
+
+        async def start():
+            return asyncio.get_running_loop().create_task(flood(attacker._p2p, v.peer_id, announcement, counts)
+                                                          if stream == "announce" else
+                                                          fetch_flood(attacker._p2p, v.peer_id, counts))
+        task = attacker._run(start(), 10)
+        received_before, rounds_before = v.stats()["announces_received"], r
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < FLOOD_S + 1 and r < 400:
+            exchange()
+        attacker._run(asyncio.wait_for(task, 10), 15)
+        stats = v.stats()
+        print(f"\nflood: {counts}; V: {stats['announce_shields']} shield(s), {r - rounds_before} rounds, "
+              f"{stats['announces_received'] - received_before} announcements from H meanwhile")
+        assert lanes_v.shielded() and stats["announce_shields"] == 1 and not lanes_v.public
+        assert attacker._run(stranger_on(ANNOUNCE_PROTOCOLS[0]), 10) == "refused by p2pd"
+        assert attacker.peer_id not in lanes_v.open  # graylisted, or never a neighbour: no lane
+        # H's pushes and fetches came over its lanes all along (the public ids were shut): every round got both packets
+        assert stats["announces_received"] - received_before >= 2 and r - rounds_before >= 5
+        assert h.peer_id in {p.peer_id for p in v.peers()} and v.peer_id in {p.peer_id for p in h.peers()}
+    finally:
+        for n in (v, h, attacker):
+            n.close()

@@ -269,7 +269,7 @@ def test_discovery_v1_still_works_and_a_v2_node_says_clearly_that_a_v1_peer_is_t
         old.offer(1, 1, data)
         assert [r.data for r in old2.collect(1, 1, min_peers=1, deadline_s=15).packets] == [data]  # v1 <-> v1
         new = started(config(peers=old.join_addrs()))
-        assert wait_until(lambda: [r for r in caplog.records if "does not speak /swarm-node/announce/2.0.0" in r.getMessage()],
+        assert wait_until(lambda: [r for r in caplog.records if "does not accept /swarm-node/announce/2.0.0" in r.getMessage()],
                           10)
         new.offer(1, 1, os.urandom(100))
         assert new.peers() == [] and new.collect(1, 1, min_peers=1, deadline_s=1).packets == []

@@ -31,9 +31,10 @@ from swarm_node.net.driver import MeshDriver, OldVersion
 from swarm_node.net.fetch import StreamLimits
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
 from swarm_node.net.identity import check_record_value, owner_key_of, owner_peer_id
+from swarm_node.net.lanes import Kind, Lanes
 from swarm_node.net.records import (ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_MEMBER_TTL_S, MAX_SIGNED_RECORD_BYTES,
-                                    MEMBER_BUCKETS, Member, RecordError, make_member_record, member_bucket, member_key,
-                                    parse_member_record, parse_record, record_key, send_announcement,
+                                    MEMBER_BUCKETS, STATUS_OK, Member, RecordError, make_member_record, member_bucket,
+                                    member_key, parse_member_record, parse_record, record_key, send_announcement,
                                     serve_announcement)
 from swarm_node.net.scores import PeerLimiter, TokenBucket, best_outbound, save_anchors
 
@@ -264,16 +265,19 @@ class MemberDirectory:
 
 class PushDiscovery:
     """Discovery v2 on a running P2P daemon: the announcement mesh (`announce.Mesh`, driven by a
-    `MeshDriver`) over `ANNOUNCE_PROTOCOL` streams, plus our membership record. Runs on the
-    transport's loop; `stats` gets announces_* and member_* counters."""
+    `MeshDriver`) over `ANNOUNCE_PROTOCOL` streams (a neighbour's on its lane, `lanes.py`), plus our
+    membership record. Runs on the transport's loop; `stats` gets announces_* and member_* counters."""
 
     def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int],
-                 limiter: PeerLimiter | None = None, anchors_path: Path | None = None):
+                 limiter: PeerLimiter | None = None, anchors_path: Path | None = None,
+                 kinds: dict[str, Kind] | None = None):
         self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
         self.anchors_path = anchors_path  # where our best outbound neighbours are kept for the next start
         self.anchors: dict[str, list[str]] = {}  # as last saved
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
-        self.limiter.on_graylist = lambda peer, seconds: mesh.graylist(peer, time.time() + seconds, time.time())
+        self.limiter.on_graylist = self._graylisted
+        # announcements and `kinds` (fetch, dial-back): ids per neighbour, the public ones shut during a flood
+        self.lanes = Lanes(p2p, {"announce": Kind(ANNOUNCE_PROTOCOLS, self.serve), **(kinds or {})})
         self.driver = MeshDriver(mesh, self.contact, members.read)
         # announcements being answered: one per peer, MAX_STRANGER_ANNOUNCES of peers we do not favour
         self.serving = StreamLimits(max_per_peer=1, max_open=MAX_STRANGER_ANNOUNCES)
@@ -282,15 +286,28 @@ class PushDiscovery:
 
     async def listen(self, addrs: list[str], member_ttl_s: float) -> None:
         self.addrs, self.member_ttl_s = addrs, member_ttl_s
-        for proto in ANNOUNCE_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
-            await self.p2p.add_binary_stream_handler(proto, self.serve)
+        await self.lanes.listen()  # the versioned id and, during the migration, the legacy one
 
     async def start(self, own: dict) -> list[asyncio.Task]:
         """Dial the initial peers now; returns the background tasks (mesh upkeep, membership record)."""
         self.mesh.set_own(**own)
         await self.driver.tick()
         loop = asyncio.get_running_loop()
-        return [loop.create_task(self.driver.run()), loop.create_task(self._member_loop())]
+        return [loop.create_task(self.driver.run()), loop.create_task(self._member_loop()),
+                loop.create_task(self._lane_loop())]
+
+    def _graylisted(self, peer: str, seconds: float) -> None:
+        self.mesh.graylist(peer, time.time() + seconds, time.time())
+        self.lanes.close_soon(peer)  # its streams die in p2pd from now on
+
+    async def _lane_loop(self) -> None:
+        """Every second: only neighbours and the peers being dialled keep a lane."""
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.lanes.keep(set(self.mesh.neighbors) | set(self.driver.in_flight))
+            except Exception as e:  # p2pd gone: the transport is closing
+                logger.debug("lanes: %r", e)
 
     def credit(self, peer: str, useful: bool, taken: bool = True) -> None:
         """`peer` delivered a packet we took (`Mesh.credit`); the anchors file follows the best outbound neighbours."""
@@ -310,23 +327,27 @@ class PushDiscovery:
     async def close(self) -> None:
         await self.driver.leave()  # neighbors drop us at once instead of after ttl_s
         await self.driver.close()
+        await self.lanes.aclose()
 
     async def contact(self, peer: str, addrs: list[str], announcement: dict) -> tuple[dict, str]:
         """One announcement exchange with `peer` (dialling `addrs` if not connected): its reply, and the
         remote address of the connection it came over (what the per-subnet limit reads, `scores.crowded`).
         Raises OldVersion if it does not speak discovery v2, anything else if unreachable."""
         pid = PeerID.from_base58(peer)
+        if not announcement.get("leaving"):
+            announcement = {**announcement, **await self.lanes.give(peer)}
+        protos = self.lanes.protocols(peer, "announce")
 
         async def exchange() -> dict:
             try:
-                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOLS)
+                info, reader, writer = await open_stream(self.p2p, pid, protos)
             except Exception as e:
                 if is_old_version(e):
                     raise OldVersion(peer) from None
                 if not addrs:
                     raise
                 await dial(self.p2p, pid, [Multiaddr(a) for a in addrs])
-                info, reader, writer = await open_stream(self.p2p, pid, ANNOUNCE_PROTOCOLS)
+                info, reader, writer = await open_stream(self.p2p, pid, protos)
             try:
                 if info.peer_id != pid:
                     raise SwarmError(f"stream to {peer} reached {info.peer_id}")
@@ -334,6 +355,7 @@ class PushDiscovery:
             finally:
                 writer.close()
             self._count(sent, received, "announces_sent")
+            self.lanes.heard(peer, reply)
             return reply, str(info.addr)
 
         try:
@@ -350,11 +372,8 @@ class PushDiscovery:
         newcomer budget, and get STRANGER_TIMEOUT_S: 64 cheap ids holding silent streams filled one shared
         cap and shut our neighbours' pushes out (red team 7). Any stream refused is closed before anything is read."""
         peer = str(info.peer_id)
-        if not self.limiter.allow(peer, "announce"):  # counted by the limiter (over_rate)
-            writer.close()
-            return
         favoured = self.favoured(peer)
-        if not self.serving.admit(peer, favoured):
+        if not self.limiter.allow(peer, "announce") or not self.serving.admit(peer, favoured):  # over_rate counted
             writer.close()
             return
         if not favoured and not self.limiter.allow_newcomer(str(info.addr)):
@@ -363,9 +382,8 @@ class PushDiscovery:
             return
         refused = self.mesh.refused.total()
         try:
-            received, sent = await asyncio.wait_for(serve_announcement(
-                reader, writer, lambda obj: self.mesh.receive(peer, obj, time.time(), str(info.addr))),
-                ANNOUNCE_TIMEOUT_S if favoured else STRANGER_TIMEOUT_S)
+            received, sent = await asyncio.wait_for(serve_announcement(reader, writer, lambda obj: self.answer(
+                peer, obj, str(info.addr))), ANNOUNCE_TIMEOUT_S if favoured else STRANGER_TIMEOUT_S)
             self._count(sent, received, "announces_received")
         except Exception as e:
             logger.debug("serving an announcement to %s failed: %r", peer, e)
@@ -374,6 +392,14 @@ class PushDiscovery:
             self.serving.release(peer, favoured)
             writer.close()
 
+    def answer(self, peer: str, obj: dict, addr: str) -> dict:
+        """The mesh's reply to `peer`'s announcement; a neighbour's tells it its lane."""
+        self.lanes.heard(peer, obj)
+        reply = self.mesh.receive(peer, obj, time.time(), addr)
+        if reply.get("status") == STATUS_OK and peer in self.mesh.neighbors:
+            reply = {**reply, **self.lanes.want(peer)}
+        return reply
+
     def favoured(self, peer: str) -> bool:
         """Whether `peer` is served outside the strangers' shared slots: a neighbour, an initial peer or an
         anchor (each one stream at a time: D + 2 neighbours and the peers the user named)."""
@@ -381,11 +407,12 @@ class PushDiscovery:
         return peer in mesh.neighbors or peer in mesh.initial or peer in mesh.anchors
 
     def gauges(self) -> dict[str, int]:
-        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately, knockers
-        fetched from while starving and those whose packets we took; plain ints and a copy: safe to read
+        """Neighbors lost (idle or graylisted), neighbors we dialled, times the public ids were shut against a flood,
+        neighbors that delivered lately, knockers fetched from while starving and those whose packets we took; plain ints and a copy: safe to read
         from another thread."""
         scores = list(self.mesh.scores().values())
         return {"neighbors_evicted": self.mesh.evicted_total, "mesh_outbound": sum(s["outbound"] for s in scores),
+                "announce_shields": self.lanes.shields,
                 "knocker_turns": self.mesh.knockers.tried, "knockers_proven": self.mesh.knockers.delivered_total,
                 "mesh_credited": sum(s["credits"] > 0 and s["rounds_idle"] < self.mesh.params.idle_rounds
                                      for s in scores)}

@@ -26,7 +26,8 @@ LEAVE_TIMEOUT_S = 2.0  # a leaving node tells its neighbors within this, then go
 
 
 class OldVersion(Exception):
-    """The peer does not speak the announcement protocol (an older swarm-node)."""
+    """The peer does not accept the announcement protocol: an older swarm-node, or one shielded against a flood
+    (`lanes.py`)."""
 
     protocol = ANNOUNCE_PROTOCOL
 
@@ -96,9 +97,9 @@ class MeshDriver:
                 reply, addr = await self.contact(peer, addrs, mesh.announcement(to=peer))
             except OldVersion:
                 if peer not in self.old_version:
-                    logger.warning("peer %s does not speak %s: it runs an older swarm-node (discovery v1); "
-                                   "nodes of different discovery versions cannot exchange, upgrade it", peer,
-                                   OldVersion.protocol)
+                    logger.warning("peer %s does not accept %s: it runs an older swarm-node (discovery v1), "
+                                   "which cannot exchange with this one (upgrade it), or it refuses strangers for a "
+                                   "while against a flood (it is tried again later)", peer, OldVersion.protocol)
                 self.old_version[peer] = None
                 while len(self.old_version) > MAX_KNOWN:  # any id may claim an old version: the latest are enough
                     self.old_version.popitem(last=False)

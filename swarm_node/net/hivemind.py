@@ -47,6 +47,7 @@ from swarm_node.net.hivemind_internals import (cap_dictionary_values, create_dht
                                                open_stream, p2pd_pid, ping, wrap_rsa_key)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
 from swarm_node.net.loop import CallTimeout, LoopThread
+from swarm_node.net.lanes import Kind
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
                                     STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, is_digest, make_record)
@@ -165,16 +166,16 @@ class HivemindTransport:
             raise SwarmError(f"p2pd reports peer id {self._p2p.peer_id}, expected {self._peer_id}")
         self._server = PacketServer(self.cfg.run_id, self._offers.get, self._stats, rates=self._limiter,
                                     favoured=lambda peer: self._push is not None and self._push.favoured(peer))
-        for proto in FETCH_PROTOCOLS:  # the versioned id and, during the migration, the legacy one
-            await self._p2p.add_binary_stream_handler(
-                proto, lambda info, reader, writer: self._server.handle(reader, writer, info.peer_id))
-        await self._p2p.add_binary_stream_handler(
-            DIALBACK_PROTOCOL, lambda info, reader, writer: self._dialback_server.handle(
-                str(info.peer_id), str(info.addr), reader, writer))
+        kinds = {"fetch": Kind(FETCH_PROTOCOLS, lambda info, reader, writer: self._server.handle(  # new id first
+            reader, writer, info.peer_id)), "dialback": Kind((DIALBACK_PROTOCOL,), lambda info, reader, writer:
+            self._dialback_server.handle(str(info.peer_id), str(info.addr), reader, writer), laned=False)}
         self._addrs = self.reachability.addrs[:MAX_ADDRS]
-        if self.discovery == "push":
-            await self._astart_push(key)
+        if self.discovery == "push":  # lanes: fetch and announcement ids per neighbour, shut to strangers in a flood
+            await self._astart_push(key, kinds)
         else:
+            for kind in kinds.values():
+                for proto in kind.ids:
+                    await self._p2p.add_binary_stream_handler(proto, kind.serve)
             validator = RecordValidator(key, self.cfg.run_id, self._stats)
             self._dht = await create_dht(self._p2p, validator, DHT_RPC_TIMEOUT_S, self.reachability.mode == "private")
             self._directory = PeerDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self._stats)
@@ -192,7 +193,7 @@ class HivemindTransport:
             self._tasks = [loop.create_task(self._republish_loop())]
         self._tasks.append(loop.create_task(self._bootstrap_loop()))
 
-    async def _astart_push(self, key: RSAPrivateKey) -> None:
+    async def _astart_push(self, key: RSAPrivateKey, kinds: dict[str, Kind]) -> None:
         """Discovery v2: a DHT that holds only capped membership buckets (no caching of found values,
         so a holder serves only what it stores), and the announcement mesh on top."""
         validator = RecordValidator.members(key, self.cfg.run_id, self._stats)
@@ -204,7 +205,7 @@ class HivemindTransport:
         mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest,
                     anchors=load_anchors(self._anchors_path))
         mesh.require_manifest, mesh.measuring = self._require_manifest, self._measure
-        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter, self._anchors_path)
+        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter, self._anchors_path, kinds)
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
 
@@ -462,7 +463,8 @@ class HivemindTransport:
         download = Download(self.cfg.run_id, digest, limit)
 
         async def stream_to_peer() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            info, reader, writer = await open_stream(self._p2p, pid, FETCH_PROTOCOLS)  # new id first
+            protos = self._push.lanes.protocols(peer_id, "fetch") if self._push is not None else FETCH_PROTOCOLS
+            info, reader, writer = await open_stream(self._p2p, pid, protos)  # its lane, the new id, the legacy one
             if info.peer_id != pid:
                 writer.close()
                 raise SwarmError(f"a stream to {peer_id} reached {info.peer_id}")

@@ -14,6 +14,8 @@ hivemind decodes some peer data before any of our checks can see it. Red teams 1
                      and leaked a task entry per request. `harden_hivemind` replaces both methods: a message that does
                      not parse is dropped (it was read whole: the stream stays aligned), and a handler's entry is
                      always removed
+    stream handlers  a stream p2pd hands us for an id we just unregistered (a neighbour's lane, the public ids
+                     during a flood: net/lanes.py) is closed quietly (hivemind raised, and asyncio logged a traceback)
 
 `harden_hivemind()` patches hivemind's classes for this process; the node calls it before it starts p2pd.
 """
@@ -29,7 +31,9 @@ import msgpack
 from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.p2p import PeerID
 from hivemind.p2p.p2p_daemon_bindings.control import ControlClient
-from hivemind.p2p.p2p_daemon_bindings.utils import P2PDaemonError, P2PHandlerError, read_unsigned_varint
+from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+from hivemind.p2p.p2p_daemon_bindings.utils import (P2PDaemonError, P2PHandlerError, read_pbmsg_safe,
+                                                     read_unsigned_varint)
 from hivemind.proto import p2pd_pb2
 from hivemind.utils.serializer import MSGPackSerializer
 
@@ -142,9 +146,22 @@ async def _handle_persistent_request(self: ControlClient, call_id: UUID, request
             del self._handler_tasks[call_id]
 
 
+async def _handle_stream(self: ControlClient, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """= hivemind's dispatch of a stream p2pd hands us, but one for an id no longer registered is closed quietly."""
+    pb_stream_info = p2pd_pb2.StreamInfo()
+    await read_pbmsg_safe(reader, pb_stream_info)
+    stream_info = StreamInfo.from_protobuf(pb_stream_info)
+    handler = self.handlers.get(stream_info.proto)
+    if handler is None:
+        writer.close()
+        return
+    await handler(stream_info, reader, writer)
+
+
 def harden_hivemind() -> None:
     """Patch hivemind's readers of peer bytes for this process (idempotent)."""
     ControlClient._read_from_persistent_conn = _read_from_persistent_conn
     ControlClient._handle_persistent_request = _handle_persistent_request
+    ControlClient._handler = _handle_stream
     dht_protocol.DHTProtocol.serializer = BoundedDHTSerializer  # every DHT protocol, from its first request on
     dht_protocol.PeerID = BoundedPeerID  # the name call_find resolves when it reads a find answer's nearest peers

@@ -162,7 +162,8 @@ class Exchange:
         for key, stat in ((M.BYTES_OUT, "bytes_out"), (M.BYTES_IN, "bytes_in"), (M.FETCH_TIMEOUTS, "fetch_timeouts"),
                           (M.FETCH_FAILURES, "fetch_failures"), (M.FETCH_RESUMES, "fetch_resumes"),
                           (M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
-                          (M.PEERS_GRAYLISTED, "peers_graylisted"), (M.KNOCKER_TURNS, "knocker_turns")):
+                          (M.PEERS_GRAYLISTED, "peers_graylisted"), (M.KNOCKER_TURNS, "knocker_turns"),
+                          (M.ANNOUNCE_SHIELDS, "announce_shields")):
             stats[key] = after.get(stat, 0) - before.get(stat, 0)
         for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited"),
                           (M.KNOCKERS_PROVEN, "knockers_proven")):  # levels (credits come after the collect)

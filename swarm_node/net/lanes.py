@@ -1,0 +1,203 @@
+"""Lanes: stream protocol ids of their own for each neighbour, and a shield for the public ones (issue 27).
+
+A stream the node refuses still costs it ~0.35 ms (`bench/stream_cost.py`): p2pd accepts it and hands it
+to our handler, whose Python runs beside the trainer; only a protocol id the node has not registered is
+refused inside p2pd (~0.07 ms, none of it ours). One id flooding valid announcements cost 40 % of a
+node's rounds even after it was graylisted. So the node registers as little as it can afford to:
+
+    lane    each neighbour reaches us on ids of its own, <public id> + "/lane/" + 32 hex digits (an HMAC
+            of its peer id under a secret of this process) for announcements and fetches, which we tell
+            it in the announcements we send it (field `lane`) and keep registered in p2pd while it is our
+            neighbour; a stream on them from any other id is closed unread; a neighbour that loses its
+            slot (idle, graylisted, gone) loses its lane within a second, so its streams then die in p2pd
+    shield  SHIELD_TRIGGER streams on the public ids (announcement, fetch, dial-back) within SHIELD_WINDOW_S,
+            served or not: the public ids are unregistered for SHIELD_S, doubled each time a flood comes
+            back within that long of reopening, up to MAX_SHIELD_S. Meanwhile strangers cannot reach us
+            (they see the refusal an older node gives and retry later), neighbours go on over their lanes,
+            and we still dial the candidates we pick
+
+Both sides are optional: a peer that sends no `lane` is reached on the public ids, and one that ignores ours
+still uses them (protocol/SPEC.md section 11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+LANE_INFIX = "/lane/"  # a lane's id: the kind's first public id + LANE_INFIX + the token
+LANE_HEX = 32  # hex digits of a lane token (128 bits: not guessable by a stranger)
+SHIELD_TRIGGER = 200  # streams on the public ids within SHIELD_WINDOW_S that raise the shield (served or not:
+SHIELD_WINDOW_S = 2.0  # a stranger's few a second and a neighbour's before it learns its lane stay far below)
+SHIELD_S, MAX_SHIELD_S = 15.0, 240.0  # the public ids stay closed this long, doubled while floods come back
+MAX_THEIRS = 256  # peers whose lane for us we remember (our neighbours and the candidates we dial)
+
+Handler = Callable[[object, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]  # (stream info, r, w)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One stream protocol the node serves: its public ids (the first names its lanes) and its handler."""
+
+    ids: tuple[str, ...]
+    serve: Handler
+    laned: bool = True  # neighbours get a lane of it (dial-back: public only, asked once by newcomers)
+
+
+def lane_token(obj: dict) -> str | None:
+    """The lane a peer gave us in an announcement frame (request or reply); None if absent or malformed."""
+    token = obj.get("lane")
+    if isinstance(token, str) and len(token) == LANE_HEX and all(c in "0123456789abcdef" for c in token):
+        return token
+    return None
+
+
+class Lanes:
+    """Which stream ids this node registers in p2pd: the public ones of every kind unless shielded, and each
+    neighbour's lanes; and the lanes peers gave us. Runs on the transport's loop."""
+
+    def __init__(self, p2p, kinds: dict[str, Kind], secret: bytes | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.p2p, self.kinds, self.clock = p2p, kinds, clock
+        self.secret = secret or os.urandom(32)
+        self.open: dict[str, list[str]] = {}  # peer -> the lane ids registered for it
+        self.theirs: OrderedDict[str, str] = OrderedDict()  # peer -> the lane token it gave us
+        self.lock = asyncio.Lock()  # one p2pd handler change at a time (registering an id twice fails)
+        self.public = False  # the public ids are registered
+        self.window_start, self.arrivals = -float("inf"), 0
+        self.shield_s, self.reopened_at, self.shields = SHIELD_S, -float("inf"), 0
+        self.task: asyncio.Task | None = None  # the shield, while it is up
+
+    def token(self, peer: str) -> str:
+        return hmac.new(self.secret, peer.encode(), hashlib.sha256).hexdigest()[:LANE_HEX]
+
+    async def listen(self) -> None:
+        async with self.lock:
+            await self._register_public()
+
+    async def give(self, peer: str) -> dict:
+        """The field that tells `peer` its lane, once its ids are registered."""
+        async with self.lock:
+            if peer not in self.open:
+                token, ids = self.token(peer), []
+                try:
+                    for kind in self.kinds.values():
+                        if kind.laned:
+                            await self.p2p.add_binary_stream_handler(kind.ids[0] + LANE_INFIX + token,
+                                                                     self._lane_handler(kind.serve, peer))
+                            ids.append(kind.ids[0] + LANE_INFIX + token)
+                except BaseException:  # all or nothing: a half-registered lane could never be registered again
+                    for proto in ids:
+                        await self.p2p.remove_binary_stream_handler(proto)
+                    raise
+                self.open[peer] = ids
+        return {"lane": self.token(peer)}
+
+    def want(self, peer: str) -> dict:
+        """= give, registering in the background (a peer that uses the lane before then falls back to the public ids)."""
+        if peer not in self.open:
+            asyncio.get_running_loop().create_task(self._quietly(self.give, peer))
+        return {"lane": self.token(peer)}
+
+    @staticmethod
+    async def _quietly(change, peer: str) -> None:
+        try:
+            await change(peer)
+        except Exception as e:  # p2pd gone (closing): a peer without its lane falls back to the public ids
+            logger.debug("lane of %s: %r", peer, e)
+
+    async def keep(self, peers: set[str]) -> None:
+        """Unregister the lanes of everyone but `peers`."""
+        for peer in [p for p in self.open if p not in peers]:
+            await self.close(peer)
+
+    def close_soon(self, peer: str) -> None:
+        """= close, in the background (a graylisting: its streams die in p2pd from now on)."""
+        try:
+            asyncio.get_running_loop().create_task(self._quietly(self.close, peer))
+        except RuntimeError:  # no loop (a unit test of the mesh): nothing is registered
+            pass
+
+    async def close(self, peer: str) -> None:
+        async with self.lock:
+            for proto in self.open.pop(peer, []):
+                await self.p2p.remove_binary_stream_handler(proto)
+
+    def heard(self, peer: str, obj: dict) -> None:
+        """Remember the lane `peer` gave us in a frame, or forget it (a frame without one: it keeps none for us)."""
+        token = lane_token(obj) if isinstance(obj, dict) else None
+        self.theirs.pop(peer, None)
+        if token is not None:
+            self.theirs[peer] = token
+            while len(self.theirs) > MAX_THEIRS:
+                self.theirs.popitem(last=False)
+
+    def protocols(self, peer: str, kind: str) -> tuple[str, ...]:
+        """The ids to reach `peer` on for `kind`, in order: its lane for us if it gave one, then the public ones."""
+        ids, token = self.kinds[kind].ids, self.theirs.get(peer)
+        return (ids[0] + LANE_INFIX + token, *ids) if token else ids
+
+    def shielded(self) -> bool:
+        return self.task is not None
+
+    def _lane_handler(self, serve: Handler, peer: str) -> Handler:
+        async def lane(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if str(info.peer_id) != peer:  # a lane serves its peer only
+                writer.close()
+                return
+            await serve(info, reader, writer)
+        return lane
+
+    def _public_handler(self, serve: Handler) -> Handler:
+        async def public(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._arrived()
+            await serve(info, reader, writer)
+        return public
+
+    def _arrived(self) -> None:
+        """A stream came on a public id: count it; raise the shield at SHIELD_TRIGGER in the window."""
+        now = self.clock()
+        if now - self.window_start > SHIELD_WINDOW_S:
+            self.window_start, self.arrivals = now, 0
+        self.arrivals += 1
+        if self.arrivals >= SHIELD_TRIGGER and self.task is None and self.public:
+            self.window_start = -float("inf")
+            self.task = asyncio.get_running_loop().create_task(self._shield())
+
+    async def _shield(self) -> None:
+        try:
+            came_back = self.clock() - self.reopened_at < self.shield_s
+            self.shield_s = min(MAX_SHIELD_S, 2 * self.shield_s) if came_back else SHIELD_S
+            self.shields += 1
+            async with self.lock:
+                for kind in self.kinds.values():
+                    for proto in kind.ids:
+                        await self.p2p.remove_binary_stream_handler(proto)
+                self.public = False
+            logger.warning("stream flood: %d streams on the public ids within %.0f s; strangers are refused for "
+                           "%.0f s (neighbours go on over their lanes)", SHIELD_TRIGGER, SHIELD_WINDOW_S, self.shield_s)
+            await asyncio.sleep(self.shield_s)
+            async with self.lock:
+                await self._register_public()
+            self.reopened_at = self.clock()
+        finally:
+            self.task = None
+
+    async def _register_public(self) -> None:
+        for kind in self.kinds.values():
+            for proto in kind.ids:
+                await self.p2p.add_binary_stream_handler(proto, self._public_handler(kind.serve))
+        self.public = True
+
+    async def aclose(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
