@@ -62,7 +62,7 @@ FETCH_RESUMES = "swarm/fetch_resumes"  # downloads continued on a new stream aft
 NEIGHBORS_EVICTED = "swarm/neighbors_evicted"  # neighbours that lost their slot: idle (delivered nothing) or graylisted
 STREAMS_OVER_RATE = "swarm/streams_over_rate"  # incoming streams closed unread and DHT requests refused unparsed: their peer was over its rate (or the DHT request over its size)
 PEERS_GRAYLISTED = "swarm/peers_graylisted"  # peers ignored for a while: over their stream rate too often
-ANNOUNCE_SHIELDS = "swarm/announce_shields"  # times strangers' announcement ids were shut against a flood (net/lanes.py)
+SHIELDS = "swarm/shields"  # times the node stopped serving strangers' streams or DHT requests against a flood (net/shield.py)
 MESH_OUTBOUND, MESH_CREDITED = "swarm/mesh_outbound", "swarm/mesh_credited"  # neighbours we dialled; that
 #   delivered an accepted packet within idle_rounds (net/scores.py), at the round's end
 KNOCKER_TURNS = "swarm/knocker_turns"  # starving: peers we had no slot for, fetched from in turn (net/knockers.py)

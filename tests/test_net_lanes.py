@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from swarm_node.net import lanes as lanes_module
+from swarm_node.net import shield as shield_module
 from swarm_node.net.lanes import LANE_INFIX, SHIELD_TRIGGER, Kind, Lanes, lane_token
 
 ANNOUNCE, FETCH, DIALBACK = ("/a/2", "a.legacy"), ("/f/1", "f.legacy"), ("/d/1",)
@@ -92,31 +93,31 @@ def test_peers_lanes_are_read_strictly_and_tried_first():
 
 
 def test_a_flood_on_the_public_ids_shuts_them_for_a_while_and_longer_when_it_comes_back(monkeypatch):
-    monkeypatch.setattr(lanes_module, "SHIELD_S", 0.2)
+    monkeypatch.setattr(shield_module, "SHIELD_S", 0.2)
 
     async def main():
         daemon, served = Daemon(), []
         lanes = make(daemon, served)
-        lanes.shield_s = 0.2
+        lanes.shield.shield_s = 0.2
         await lanes.listen()
         await lanes.give("QmH")
         public = daemon.handlers[FETCH[1]]
         for i in range(SHIELD_TRIGGER - 1):
             await public(SimpleNamespace(peer_id=f"QmS{i}"), None, Writer())
         await asyncio.sleep(0)
-        assert not lanes.shielded() and len(served) == SHIELD_TRIGGER - 1  # served (or refused) by the handler
+        assert not lanes.shield.up() and len(served) == SHIELD_TRIGGER - 1  # served (or refused) by the handler
         await public(SimpleNamespace(peer_id="QmS"), None, Writer())
         await asyncio.sleep(0.05)
-        assert lanes.shielded() and lanes.shields == 1 and not lanes.public
+        assert lanes.shield.up() and lanes.shield.shields == 1 and not lanes.public
         assert sorted(daemon.handlers) == sorted(lanes.open["QmH"])  # only H's lanes are left
         await asyncio.sleep(0.3)
-        assert not lanes.shielded() and lanes.public and set(daemon.handlers) >= {*ANNOUNCE, *FETCH, *DIALBACK}
+        assert not lanes.shield.up() and lanes.public == {*ANNOUNCE, *FETCH, *DIALBACK} and set(daemon.handlers) >= lanes.public
         public = daemon.handlers[DIALBACK[0]]
         for i in range(SHIELD_TRIGGER):  # back at once: shut twice as long
             await public(SimpleNamespace(peer_id=f"QmS{i}"), None, Writer())
         await asyncio.sleep(0.05)
-        assert lanes.shielded() and lanes.shields == 2 and lanes.shield_s == 0.4
+        assert lanes.shield.up() and lanes.shield.shields == 2 and lanes.shield.shield_s == 0.4
         await asyncio.sleep(0.3)
-        assert lanes.shielded()
-        await lanes.aclose()
+        assert lanes.shield.up()
+        lanes.shield.cancel()
     asyncio.run(main())

@@ -327,7 +327,7 @@ class PushDiscovery:
     async def close(self) -> None:
         await self.driver.leave()  # neighbors drop us at once instead of after ttl_s
         await self.driver.close()
-        await self.lanes.aclose()
+        self.lanes.shield.cancel()
 
     async def contact(self, peer: str, addrs: list[str], announcement: dict) -> tuple[dict, str]:
         """One announcement exchange with `peer` (dialling `addrs` if not connected): its reply, and the
@@ -407,12 +407,11 @@ class PushDiscovery:
         return peer in mesh.neighbors or peer in mesh.initial or peer in mesh.anchors
 
     def gauges(self) -> dict[str, int]:
-        """Neighbors lost (idle or graylisted), neighbors we dialled, times the public ids were shut against a flood,
-        neighbors that delivered lately, knockers fetched from while starving and those whose packets we took; plain ints and a copy: safe to read
+        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately, knockers fetched from while starving and those whose packets we took; plain ints and a copy: safe to read
         from another thread."""
         scores = list(self.mesh.scores().values())
         return {"neighbors_evicted": self.mesh.evicted_total, "mesh_outbound": sum(s["outbound"] for s in scores),
-                "announce_shields": self.lanes.shields,
+
                 "knocker_turns": self.mesh.knockers.tried, "knockers_proven": self.mesh.knockers.delivered_total,
                 "mesh_credited": sum(s["credits"] > 0 and s["rounds_idle"] < self.mesh.params.idle_rounds
                                      for s in scores)}

@@ -46,12 +46,13 @@ from swarm_node.net.fetch import (ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, 
 from swarm_node.net.hivemind_internals import (cap_dictionary_values, create_dht, dial, guard_dht_requests, has_routes,
                                                open_stream, p2pd_pid, ping, wrap_rsa_key)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
-from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.lanes import Kind
+from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
                                     STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, is_digest, make_record)
 from swarm_node.net.scores import MeshParams, PeerLimiter, load_anchors, subnet_of
+from swarm_node.net.shield import Shield
 from swarm_node.wire import codec
 from swarm_node.wire.codec import PROTOCOL_VERSION
 
@@ -67,7 +68,7 @@ STAT_KEYS = (
     "records_published", "publish_failures", "bootstrap_attempts", "serve_not_found", "serve_errors",
     "announces_sent", "announces_received", "announce_bytes_out", "announce_bytes_in", "announces_refused",
     "announce_failures", "members_published", "member_reads",
-)  # and from stats(): streams_over_rate, peers_graylisted (PeerLimiter); v2 mesh gauges (PushDiscovery.gauges)
+)  # and from stats(): streams_over_rate, peers_graylisted (PeerLimiter), shields; v2 mesh gauges (PushDiscovery.gauges)
 FAILURE_STATS = {TIMEOUT: "fetch_timeouts", STATUS_NOT_FOUND: "fetch_not_found", STATUS_BUSY: "fetch_busy",
                  OVERSIZE: "fetch_oversize", MISMATCH: "digest_mismatches"}
 
@@ -120,6 +121,7 @@ class HivemindTransport:
         self._dht: DHTNode | None = None
         self._directory: PeerDirectory | None = None  # v1
         self._push: PushDiscovery | None = None  # v2
+        self._dht_shield: Shield | None = None  # stops serving DHT requests in a flood (net/shield.py)
         self._addrs: list[str] = []  # our transport addresses (without /p2p), as announced to peers
         self._alone_since: float | None = None
         self._server: PacketServer | None = None
@@ -179,7 +181,7 @@ class HivemindTransport:
             validator = RecordValidator(key, self.cfg.run_id, self._stats)
             self._dht = await create_dht(self._p2p, validator, DHT_RPC_TIMEOUT_S, self.reachability.mode == "private")
             self._directory = PeerDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self._stats)
-        guard_dht_requests(self._p2p, self._limiter.allow_dht)  # per-peer and total rates, size: before parsing
+        self._dht_shield = guard_dht_requests(self._p2p, self._limiter.allow_dht)  # rates, size, floods: unparsed
         if self._initial and not await self._bootstrap_once():
             self._alone_since = time.monotonic()
             logger.warning("none of the %d initial peers answered (%s); running alone and retrying in %.0f s, then "
@@ -366,7 +368,8 @@ class HivemindTransport:
         return data
 
     def stats(self) -> dict[str, int]:
-        rates = {"streams_over_rate": self._limiter.over_rate, "peers_graylisted": self._limiter.graylisted_total}
+        rates = {"streams_over_rate": self._limiter.over_rate, "peers_graylisted": self._limiter.graylisted_total,
+                 "shields": sum(s.shields for s in (self._dht_shield, self._push and self._push.lanes.shield) if s)}
         return {**self._stats, **rates, **(self._push.gauges() if self._push is not None else {})}
 
     # ---- raw streams, for tools (the conformance probe, net/probe.py) -----------------------------------

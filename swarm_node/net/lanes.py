@@ -11,8 +11,7 @@ node's rounds even after it was graylisted. So the node registers as little as i
             neighbour; a stream on them from any other id is closed unread; a neighbour that loses its
             slot (idle, graylisted, gone) loses its lane within a second, so its streams then die in p2pd
     shield  SHIELD_TRIGGER streams on the public ids (announcement, fetch, dial-back) within SHIELD_WINDOW_S,
-            served or not: the public ids are unregistered for SHIELD_S, doubled each time a flood comes
-            back within that long of reopening, up to MAX_SHIELD_S. Meanwhile strangers cannot reach us
+            served or not, unregister them for a while (`shield.py`): strangers cannot reach us meanwhile
             (they see the refusal an older node gives and retry later), neighbours go on over their lanes,
             and we still dial the candidates we pick
 
@@ -27,10 +26,11 @@ import hashlib
 import hmac
 import logging
 import os
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from swarm_node.net.shield import Shield
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ LANE_INFIX = "/lane/"  # a lane's id: the kind's first public id + LANE_INFIX + 
 LANE_HEX = 32  # hex digits of a lane token (128 bits: not guessable by a stranger)
 SHIELD_TRIGGER = 200  # streams on the public ids within SHIELD_WINDOW_S that raise the shield (served or not:
 SHIELD_WINDOW_S = 2.0  # a stranger's few a second and a neighbour's before it learns its lane stay far below)
-SHIELD_S, MAX_SHIELD_S = 15.0, 240.0  # the public ids stay closed this long, doubled while floods come back
 MAX_THEIRS = 256  # peers whose lane for us we remember (our neighbours and the candidates we dial)
 
 Handler = Callable[[object, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]  # (stream info, r, w)
@@ -65,24 +64,20 @@ class Lanes:
     """Which stream ids this node registers in p2pd: the public ones of every kind unless shielded, and each
     neighbour's lanes; and the lanes peers gave us. Runs on the transport's loop."""
 
-    def __init__(self, p2p, kinds: dict[str, Kind], secret: bytes | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.p2p, self.kinds, self.clock = p2p, kinds, clock
+    def __init__(self, p2p, kinds: dict[str, Kind], secret: bytes | None = None):
+        self.p2p, self.kinds = p2p, kinds
         self.secret = secret or os.urandom(32)
         self.open: dict[str, list[str]] = {}  # peer -> the lane ids registered for it
         self.theirs: OrderedDict[str, str] = OrderedDict()  # peer -> the lane token it gave us
         self.lock = asyncio.Lock()  # one p2pd handler change at a time (registering an id twice fails)
-        self.public = False  # the public ids are registered
-        self.window_start, self.arrivals = -float("inf"), 0
-        self.shield_s, self.reopened_at, self.shields = SHIELD_S, -float("inf"), 0
-        self.task: asyncio.Task | None = None  # the shield, while it is up
+        self.public: set[str] = set()  # the public ids registered now (none while the shield is up)
+        self.shield = Shield("stream", SHIELD_TRIGGER, SHIELD_WINDOW_S, self._close_public, self._open_public)
 
     def token(self, peer: str) -> str:
         return hmac.new(self.secret, peer.encode(), hashlib.sha256).hexdigest()[:LANE_HEX]
 
     async def listen(self) -> None:
-        async with self.lock:
-            await self._register_public()
+        await self._open_public()
 
     async def give(self, peer: str) -> dict:
         """The field that tells `peer` its lane, once its ids are registered."""
@@ -146,9 +141,6 @@ class Lanes:
         ids, token = self.kinds[kind].ids, self.theirs.get(peer)
         return (ids[0] + LANE_INFIX + token, *ids) if token else ids
 
-    def shielded(self) -> bool:
-        return self.task is not None
-
     def _lane_handler(self, serve: Handler, peer: str) -> Handler:
         async def lane(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             if str(info.peer_id) != peer:  # a lane serves its peer only
@@ -159,45 +151,19 @@ class Lanes:
 
     def _public_handler(self, serve: Handler) -> Handler:
         async def public(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self._arrived()
+            self.shield.arrived()
             await serve(info, reader, writer)
         return public
 
-    def _arrived(self) -> None:
-        """A stream came on a public id: count it; raise the shield at SHIELD_TRIGGER in the window."""
-        now = self.clock()
-        if now - self.window_start > SHIELD_WINDOW_S:
-            self.window_start, self.arrivals = now, 0
-        self.arrivals += 1
-        if self.arrivals >= SHIELD_TRIGGER and self.task is None and self.public:
-            self.window_start = -float("inf")
-            self.task = asyncio.get_running_loop().create_task(self._shield())
+    async def _close_public(self) -> None:
+        async with self.lock:
+            for proto in [p for kind in self.kinds.values() for p in kind.ids if p in self.public]:
+                await self.p2p.remove_binary_stream_handler(proto)
+                self.public.discard(proto)
 
-    async def _shield(self) -> None:
-        try:
-            came_back = self.clock() - self.reopened_at < self.shield_s
-            self.shield_s = min(MAX_SHIELD_S, 2 * self.shield_s) if came_back else SHIELD_S
-            self.shields += 1
-            async with self.lock:
-                for kind in self.kinds.values():
-                    for proto in kind.ids:
-                        await self.p2p.remove_binary_stream_handler(proto)
-                self.public = False
-            logger.warning("stream flood: %d streams on the public ids within %.0f s; strangers are refused for "
-                           "%.0f s (neighbours go on over their lanes)", SHIELD_TRIGGER, SHIELD_WINDOW_S, self.shield_s)
-            await asyncio.sleep(self.shield_s)
-            async with self.lock:
-                await self._register_public()
-            self.reopened_at = self.clock()
-        finally:
-            self.task = None
-
-    async def _register_public(self) -> None:
-        for kind in self.kinds.values():
-            for proto in kind.ids:
-                await self.p2p.add_binary_stream_handler(proto, self._public_handler(kind.serve))
-        self.public = True
-
-    async def aclose(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
+    async def _open_public(self) -> None:
+        async with self.lock:
+            for kind in self.kinds.values():
+                for proto in [p for p in kind.ids if p not in self.public]:
+                    await self.p2p.add_binary_stream_handler(proto, self._public_handler(kind.serve))
+                    self.public.add(proto)

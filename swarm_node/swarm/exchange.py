@@ -163,7 +163,7 @@ class Exchange:
                           (M.FETCH_FAILURES, "fetch_failures"), (M.FETCH_RESUMES, "fetch_resumes"),
                           (M.NEIGHBORS_EVICTED, "neighbors_evicted"), (M.STREAMS_OVER_RATE, "streams_over_rate"),
                           (M.PEERS_GRAYLISTED, "peers_graylisted"), (M.KNOCKER_TURNS, "knocker_turns"),
-                          (M.ANNOUNCE_SHIELDS, "announce_shields")):
+                          (M.SHIELDS, "shields")):
             stats[key] = after.get(stat, 0) - before.get(stat, 0)
         for key, stat in ((M.MESH_OUTBOUND, "mesh_outbound"), (M.MESH_CREDITED, "mesh_credited"),
                           (M.KNOCKERS_PROVEN, "knockers_proven")):  # levels (credits come after the collect)
