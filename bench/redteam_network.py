@@ -49,6 +49,8 @@ ATTACKS = {
     "cachefill100k": (["--mode", "cachefill", "--records", "100000"], 0),
     "flood": (["--mode", "flood", "--ids", "1", "--loops", "16"], 30),
     "flood64": (["--mode", "flood", "--ids", "64", "--loops", "4"], 30),
+    "fetchflood": (["--mode", "flood", "--ids", "1", "--loops", "16", "--streams", "fetch"], 30),  # session 34:
+    "dhtflood": (["--mode", "flood", "--ids", "1", "--loops", "16", "--streams", "dht"], 30),  # the adaptive floods
 }
 CYCLE_S = 15.0  # bomb and flood: the attack is switched on and off in turns of this long
 GRAYLIST_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) (?:INFO|WARN(?:ING)?) \S+: peer (\S+) opened streams over its rate")

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from swarm_node.config import SwarmConfig
-from swarm_node.harness.dht_attacker import announce_loop, hold_loop
+from swarm_node.harness.dht_attacker import announce_loop, hold_loop, open_loop
 from swarm_node.net.hivemind import HivemindTransport
 
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
@@ -150,24 +150,13 @@ def test_streams_held_silent_by_a_stranger_cannot_cut_two_neighbours_apart(monke
             n.close()
 
 
-async def fetch_flood(p2p, target: str, counts: dict) -> None:
-    """LOOPS loops opening fetch streams to `target` and closing them at once, for FLOOD_S at most."""
+async def open_flood(p2p, target: str, what: str, counts: dict, seconds: float = FLOOD_S) -> None:
+    """LOOPS loops of `open_loop` (fetch streams closed at once, or DHT pings) to `target`, for `seconds` at most."""
     from hivemind.p2p import PeerID
 
-    from swarm_node.net.hivemind_internals import open_stream
-    from swarm_node.net.records import FETCH_PROTOCOLS
-
-    async def loop(t_end: float) -> None:
-        while time.monotonic() < t_end and counts["sent"] < MAX_STREAMS:
-            counts["sent"] += 1
-            try:
-                _, _, writer = await asyncio.wait_for(open_stream(p2p, PeerID.from_base58(target), FETCH_PROTOCOLS), 2)
-                writer.close()
-            except Exception:
-                counts["errors"] += 1
-                await asyncio.sleep(0.001)
-    t_end = time.monotonic() + FLOOD_S
-    await asyncio.gather(*(loop(t_end) for _ in range(LOOPS)))
+    t_end = time.monotonic() + seconds
+    await asyncio.gather(*(open_loop(p2p, PeerID.from_base58(target), what, counts, t_end, max_calls=MAX_STREAMS)
+                           for _ in range(LOOPS)))
 
 
 @pytest.mark.slow
@@ -233,7 +222,7 @@ def test_a_flood_shuts_the_public_ids_while_neighbours_go_on_over_their_lanes(st
         async def start():
             return asyncio.get_running_loop().create_task(flood(attacker._p2p, v.peer_id, announcement, counts)
                                                           if stream == "announce" else
-                                                          fetch_flood(attacker._p2p, v.peer_id, counts))
+                                                          open_flood(attacker._p2p, v.peer_id, "fetch", counts))
         task = attacker._run(start(), 10)
         received_before, rounds_before = v.stats()["announces_received"], r
         t0 = time.monotonic()
@@ -266,24 +255,17 @@ def test_a_flood_of_dht_requests_stops_the_node_serving_the_dht_for_a_while(monk
     monkeypatch.setattr(shield, "SHIELD_S", 2.0)
     v, h, attacker = _victim_honest_attacker("dhtflood")
     try:
-        pid, seen = PeerID.from_base58(v.peer_id), Counter()
+        pid, counts = PeerID.from_base58(v.peer_id), {"sent": 0, "answered": 0, "errors": 0}
 
         async def call() -> str:
             try:
-                await attacker._p2p._client.control.call_unary_handler(pid, "DHTProtocol.rpc_ping", b"\x00")
+                await attacker._p2p._client.control.call_unary_handler(pid, "DHTProtocol.rpc_ping", b"")
                 return "answered"
             except Exception as e:
                 return "refused by p2pd" if "protocols not supported" in str(e) else "refused by the node"
-
-        async def flood_dht(seconds: float) -> None:
-            async def loop(t_end: float) -> None:
-                while time.monotonic() < t_end and sum(seen.values()) < MAX_STREAMS:
-                    seen[await call()] += 1
-            t_end = time.monotonic() + seconds
-            await asyncio.gather(*(loop(t_end) for _ in range(LOOPS)))
-        attacker._run(flood_dht(1.5), 10)
+        attacker._run(open_flood(attacker._p2p, v.peer_id, "dht", counts, seconds=1.5), 10)
         assert v._dht_shield.up() and v.stats()["shields"] == 1
-        assert seen["refused by p2pd"] > 0 and attacker._run(call(), 5) == "refused by p2pd"
+        assert counts["p2pd"] > 0 and attacker._run(call(), 5) == "refused by p2pd"
         for r in range(1, 4):  # V and H exchange meanwhile (the mesh does not need V to serve the DHT)
             data = os.urandom(2_000)
             h.offer(r, r, data)
@@ -291,7 +273,7 @@ def test_a_flood_of_dht_requests_stops_the_node_serving_the_dht_for_a_while(monk
         time.sleep(2.5)
         assert not v._dht_shield.up()
         assert attacker._run(call(), 5) == "refused by the node"  # served again (this id: over its rate)
-        print(f"\nDHT flood: {dict(seen)}")
+        print(f"\nDHT flood: {counts}")
     finally:
         for n in (v, h, attacker):
             n.close()

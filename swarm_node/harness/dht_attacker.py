@@ -12,7 +12,8 @@
                the target's 64 KiB request limit), at most --rate requests a second (8: under the
                target's per-peer rate, so it is not simply graylisted); then a `find` of that key, timed
     flood      --ids I libp2p hosts, each running --loops L concurrent loops of valid announcement
-               exchanges with the target as fast as it answers, for --seconds
+               exchanges with the target as fast as it answers, for --seconds (--streams fetch: fetch
+               streams closed at once; dht: DHT pings)
 
 Prints `ATTACKER up` once built and connected, waits for --go-file to exist (if given), prints
 `ATTACKING <unix time>`; bomb and flood then attack only while the go file exists (a bench switches
@@ -38,13 +39,15 @@ from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
+from hivemind.proto import dht_pb2
 from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.serializer import MSGPackSerializer
 
 from swarm_node.fsutil import write_json_atomic
 from swarm_node.net.hivemind_internals import dial, open_stream, wrap_rsa_key
 from swarm_node.net.identity import load_or_create_identity, peer_id_of
-from swarm_node.net.records import ANNOUNCE_PROTOCOLS, make_member_record, member_key, send_announcement
+from swarm_node.net.records import (ANNOUNCE_PROTOCOLS, FETCH_PROTOCOLS, make_member_record, member_key,
+                                    send_announcement)
 
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
 
@@ -214,6 +217,30 @@ async def announce_loop(p2p: P2P, pid: PeerID, announcement: dict, counts: dict,
             await asyncio.sleep(0.001)
 
 
+async def open_loop(p2p: P2P, pid: PeerID, what: str, counts: dict, t_end: float, active=lambda: True,
+                    max_calls: int = 10**9) -> None:
+    """`what` = "fetch": open a fetch stream to `pid` and close it at once; "dht": send it a DHT ping; one after
+    another as fast as it answers, while `active()`, until `t_end` (monotonic) or max_calls in all. Counts sent,
+    answered, errors, and of those `p2pd` (refused in multistream-select: an id the target does not register)."""
+    ping = dht_pb2.PingRequest().SerializeToString()
+    while time.monotonic() < t_end and counts["sent"] < max_calls:
+        if not active():
+            await asyncio.sleep(0.05)
+            continue
+        counts["sent"] += 1
+        try:
+            if what == "fetch":
+                _, _, writer = await asyncio.wait_for(open_stream(p2p, pid, FETCH_PROTOCOLS), 2.0)
+                writer.close()
+            else:
+                await asyncio.wait_for(p2p._client.control.call_unary_handler(pid, "DHTProtocol.rpc_ping", ping), 2.0)
+            counts["answered"] += 1
+        except Exception as e:
+            counts["errors"] += 1
+            counts["p2pd"] = counts.get("p2pd", 0) + ("protocols not supported" in str(e))
+            await asyncio.sleep(0.001)
+
+
 async def hold_loop(p2p: P2P, pid: PeerID, protos: tuple[str, ...], counts: dict, t_end: float) -> None:
     """Red team 7's slot holder: open a stream of `protos` to `pid`, write nothing, wait until the server
     closes it, open the next; until `t_end` (monotonic). Counts opened, and of those ended, held (the
@@ -254,6 +281,8 @@ async def flood(args, summary: dict) -> None:
     await ready(args)
     t_end = time.monotonic() + args.seconds
     await asyncio.gather(*(announce_loop(p2p, pid, announcement, summary, t_end, lambda: active(args))
+                           if args.streams == "announce" else open_loop(p2p, pid, args.streams, summary, t_end,
+                                                                         lambda: active(args))
                            for p2p in hosts for _ in range(args.loops)))
     for p2p in hosts:
         await p2p.shutdown()
@@ -272,6 +301,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=8.0, help="cachefill: requests per second at most")
     ap.add_argument("--ids", type=int, default=1, help="flood: peer ids (one libp2p host each)")
     ap.add_argument("--loops", type=int, default=16, help="flood: concurrent loops per id")
+    ap.add_argument("--streams", choices=("announce", "fetch", "dht"), default="announce",
+                    help="flood: valid announcement exchanges, fetch streams closed at once, or DHT pings")
     ap.add_argument("--go-file", default=None, help="wait for this file to exist before attacking")
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
