@@ -37,17 +37,17 @@ class Writer:
         self.closed = True
 
 
-def make(daemon: Daemon, served: list) -> Lanes:
+def make(daemon: Daemon, served: list, misused: list | None = None) -> Lanes:
     async def serve(info, reader, writer):
         served.append(str(info.peer_id))
     kinds = {"announce": Kind(ANNOUNCE, serve), "fetch": Kind(FETCH, serve), "dialback": Kind(DIALBACK, serve, laned=False)}
-    return Lanes(daemon, kinds, secret=b"s" * 32)
+    return Lanes(daemon, kinds, secret=b"s" * 32, misused=(misused if misused is not None else []).append)
 
 
 def test_a_lane_is_registered_for_its_peer_alone_and_goes_with_it():
     async def main():
-        daemon, served = Daemon(), []
-        lanes = make(daemon, served)
+        daemon, served, misused = Daemon(), [], []
+        lanes = make(daemon, served, misused)
         await lanes.listen()
         assert set(daemon.handlers) == {*ANNOUNCE, *FETCH, *DIALBACK}
         field = await lanes.give("QmH")
@@ -57,24 +57,32 @@ def test_a_lane_is_registered_for_its_peer_alone_and_goes_with_it():
         assert await lanes.give("QmH") == field  # again: registered once (p2pd refuses a second time)
         handler = daemon.handlers[ANNOUNCE[0] + LANE_INFIX + token]
         await handler(SimpleNamespace(peer_id="QmX"), None, w := Writer())
-        assert w.closed and served == []  # another id on H's lane: closed unread
+        assert w.closed and served == [] and misused == ["QmX"]  # another id on H's lane: closed unread, misbehaviour
         await handler(SimpleNamespace(peer_id="QmH"), None, Writer())
         assert served == ["QmH"]
-        await lanes.keep({"QmOther"})
-        assert "QmH" not in lanes.open and set(daemon.handlers) == {*ANNOUNCE, *FETCH, *DIALBACK}
+        lanes.heard("QmH", {"lane": "0f" * 16})
+        await lanes.keep(lambda: {"QmOther"})
+        assert "QmH" not in lanes.open and "QmH" not in lanes.theirs and set(daemon.handlers) == {*ANNOUNCE, *FETCH, *DIALBACK}
     asyncio.run(main())
 
 
-def test_a_lane_that_fails_half_way_leaves_nothing_registered():
+def test_a_lane_that_fails_half_way_is_completed_next_time_and_one_told_meanwhile_keeps_it():
+    """Reviewer's finds: a registration or removal that failed half-way left ids p2pd held and we did not know
+    of ("already set" for ever after); and a peer admitted while `keep` ran lost the lane it had just been told."""
     async def main():
         daemon = Daemon(fail_on=FETCH[0] + LANE_INFIX)
         lanes = make(daemon, [])
         with pytest.raises(RuntimeError):
             await lanes.give("QmH")
-        assert daemon.handlers == {} and lanes.open == {}
+        assert list(daemon.handlers) == lanes.open["QmH"]  # what p2pd holds, and no more
         daemon.fail_on = None
-        await lanes.give("QmH")  # and it can be registered later
-        assert len(daemon.handlers) == 2
+        await lanes.give("QmH")
+        assert sorted(daemon.handlers) == sorted(lanes.open["QmH"]) and len(daemon.handlers) == 2
+        looks = iter([set(), {"QmH"}])  # admitted after keep's first look
+        await lanes.keep(lambda: next(looks, {"QmH"}))
+        assert len(lanes.open["QmH"]) == 2 and len(daemon.handlers) == 2
+        await lanes.keep(set)
+        assert lanes.open == {} and daemon.handlers == {}
     asyncio.run(main())
 
 
@@ -92,15 +100,18 @@ def test_peers_lanes_are_read_strictly_and_tried_first():
     assert len(lanes.theirs) == lanes_module.MAX_THEIRS
 
 
-def test_a_flood_on_the_public_ids_shuts_them_for_a_while_and_longer_when_it_comes_back(monkeypatch):
+def test_a_flood_on_the_public_ids_shuts_them_for_a_while_and_they_reopen_for_a_share_of_the_time(monkeypatch):
+    """Red team 21 held a shield that doubled while floods came back shut with ~200 streams every few minutes:
+    the ids now come back after SHIELD_S and stay open OPEN_S whatever arrives, every time."""
     monkeypatch.setattr(shield_module, "SHIELD_S", 0.2)
+    monkeypatch.setattr(shield_module, "OPEN_S", 0.2)
 
     async def main():
         daemon, served = Daemon(), []
         lanes = make(daemon, served)
-        lanes.shield.shield_s = 0.2
         await lanes.listen()
         await lanes.give("QmH")
+        every = {*ANNOUNCE, *FETCH, *DIALBACK}
         public = daemon.handlers[FETCH[1]]
         for i in range(SHIELD_TRIGGER - 1):
             await public(SimpleNamespace(peer_id=f"QmS{i}"), None, Writer())
@@ -110,14 +121,39 @@ def test_a_flood_on_the_public_ids_shuts_them_for_a_while_and_longer_when_it_com
         await asyncio.sleep(0.05)
         assert lanes.shield.up() and lanes.shield.shields == 1 and not lanes.public
         assert sorted(daemon.handlers) == sorted(lanes.open["QmH"])  # only H's lanes are left
-        await asyncio.sleep(0.3)
-        assert not lanes.shield.up() and lanes.public == {*ANNOUNCE, *FETCH, *DIALBACK} and set(daemon.handlers) >= lanes.public
+        await asyncio.sleep(0.25)
+        assert not lanes.shield.up() and lanes.public == every and set(daemon.handlers) >= every
         public = daemon.handlers[DIALBACK[0]]
-        for i in range(SHIELD_TRIGGER):  # back at once: shut twice as long
+        for i in range(3 * SHIELD_TRIGGER):  # back at once: served, uncounted, for the open share
             await public(SimpleNamespace(peer_id=f"QmS{i}"), None, Writer())
         await asyncio.sleep(0.05)
-        assert lanes.shield.up() and lanes.shield.shields == 2 and lanes.shield.shield_s == 0.4
-        await asyncio.sleep(0.3)
-        assert lanes.shield.up()
+        assert not lanes.shield.up() and lanes.shield.shields == 1 and lanes.public == every
+        await asyncio.sleep(0.2)  # the open share is over: counted again
+        for i in range(SHIELD_TRIGGER):
+            await public(SimpleNamespace(peer_id=f"QmS{i}"), None, Writer())
+        await asyncio.sleep(0.05)
+        assert lanes.shield.up() and lanes.shield.shields == 2
         lanes.shield.cancel()
+    asyncio.run(main())
+
+
+def test_a_shield_whose_close_fails_still_reopens(monkeypatch):
+    """Red team 21: an exception in close() skipped reopen(), and ids half-removed stayed shut for good."""
+    monkeypatch.setattr(shield_module, "SHIELD_S", 0.05)
+    monkeypatch.setattr(shield_module, "OPEN_S", 0.05)
+
+    async def main():
+        calls = []
+
+        async def close():
+            calls.append("close")
+            raise RuntimeError("p2pd refused")
+
+        async def reopen():
+            calls.append("reopen")
+        shield = shield_module.Shield("test", 2, 1.0, close, reopen)
+        shield.arrived()
+        shield.arrived()
+        await asyncio.sleep(0.2)
+        assert calls == ["close", "reopen"] and not shield.up() and shield.task is None
     asyncio.run(main())

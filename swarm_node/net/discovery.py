@@ -270,14 +270,15 @@ class PushDiscovery:
 
     def __init__(self, p2p: P2P, mesh: Mesh, members: MemberDirectory, stats: dict[str, int],
                  limiter: PeerLimiter | None = None, anchors_path: Path | None = None,
-                 kinds: dict[str, Kind] | None = None):
+                 kinds: dict[str, Kind] | None = None, lane_secret: bytes | None = None):
         self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
         self.anchors_path = anchors_path  # where our best outbound neighbours are kept for the next start
         self.anchors: dict[str, list[str]] = {}  # as last saved
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
         self.limiter.on_graylist = self._graylisted
         # announcements and `kinds` (fetch, dial-back): ids per neighbour, the public ones shut during a flood
-        self.lanes = Lanes(p2p, {"announce": Kind(ANNOUNCE_PROTOCOLS, self.serve), **(kinds or {})})
+        self.lanes = Lanes(p2p, {"announce": Kind(ANNOUNCE_PROTOCOLS, self.serve), **(kinds or {})},
+                           secret=lane_secret, misused=self.limiter.misbehaved)
         self.driver = MeshDriver(mesh, self.contact, members.read)
         # announcements being answered: one per peer, MAX_STRANGER_ANNOUNCES of peers we do not favour
         self.serving = StreamLimits(max_per_peer=1, max_open=MAX_STRANGER_ANNOUNCES)
@@ -305,7 +306,7 @@ class PushDiscovery:
         while True:
             await asyncio.sleep(1.0)
             try:
-                await self.lanes.keep(set(self.mesh.neighbors) | set(self.driver.in_flight))
+                await self.lanes.keep(lambda: set(self.mesh.neighbors) | set(self.driver.in_flight))
             except Exception as e:  # p2pd gone: the transport is closing
                 logger.debug("lanes: %r", e)
 
@@ -334,15 +335,17 @@ class PushDiscovery:
         remote address of the connection it came over (what the per-subnet limit reads, `scores.crowded`).
         Raises OldVersion if it does not speak discovery v2, anything else if unreachable."""
         pid = PeerID.from_base58(peer)
-        if not announcement.get("leaving"):
-            announcement = {**announcement, **await self.lanes.give(peer)}
+        try:
+            announcement = announcement if announcement.get("leaving") else {**announcement, **await self.lanes.give(peer)}
+        except Exception as e:  # p2pd refused the lane: the peer reaches us on the public ids
+            logger.debug("no lane for %s: %r", peer, e)
         protos = self.lanes.protocols(peer, "announce")
 
         async def exchange() -> dict:
             try:
                 info, reader, writer = await open_stream(self.p2p, pid, protos)
             except Exception as e:
-                if is_old_version(e):
+                if is_old_version(e) and peer not in self.mesh.neighbors:  # a neighbour spoke v2: shielded, not old
                     raise OldVersion(peer) from None
                 if not addrs:
                     raise
@@ -355,7 +358,7 @@ class PushDiscovery:
             finally:
                 writer.close()
             self._count(sent, received, "announces_sent")
-            self.lanes.heard(peer, reply)
+            self.lanes.heard(peer, reply if isinstance(reply, dict) and reply.get("status") == STATUS_OK else {})
             return reply, str(info.addr)
 
         try:
@@ -394,11 +397,10 @@ class PushDiscovery:
 
     def answer(self, peer: str, obj: dict, addr: str) -> dict:
         """The mesh's reply to `peer`'s announcement; a neighbour's tells it its lane."""
-        self.lanes.heard(peer, obj)
         reply = self.mesh.receive(peer, obj, time.time(), addr)
-        if reply.get("status") == STATUS_OK and peer in self.mesh.neighbors:
-            reply = {**reply, **self.lanes.want(peer)}
-        return reply
+        ours = reply.get("status") == STATUS_OK and peer in self.mesh.neighbors
+        self.lanes.heard(peer, obj if ours else {})
+        return {**reply, **self.lanes.want(peer)} if ours else reply
 
     def favoured(self, peer: str) -> bool:
         """Whether `peer` is served outside the strangers' shared slots: a neighbour, an initial peer or an
@@ -407,11 +409,11 @@ class PushDiscovery:
         return peer in mesh.neighbors or peer in mesh.initial or peer in mesh.anchors
 
     def gauges(self) -> dict[str, int]:
-        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately, knockers fetched from while starving and those whose packets we took; plain ints and a copy: safe to read
+        """Neighbors lost (idle or graylisted), neighbors we dialled, neighbors that delivered lately, knockers
+        fetched from while starving and those whose packets we took; plain ints and a copy: safe to read
         from another thread."""
         scores = list(self.mesh.scores().values())
         return {"neighbors_evicted": self.mesh.evicted_total, "mesh_outbound": sum(s["outbound"] for s in scores),
-
                 "knocker_turns": self.mesh.knockers.tried, "knockers_proven": self.mesh.knockers.delivered_total,
                 "mesh_credited": sum(s["credits"] > 0 and s["rounds_idle"] < self.mesh.params.idle_rounds
                                      for s in scores)}

@@ -46,7 +46,7 @@ from swarm_node.net.fetch import (ERROR, MISMATCH, OVERSIZE, TIMEOUT, Download, 
 from swarm_node.net.hivemind_internals import (cap_dictionary_values, create_dht, dial, guard_dht_requests, has_routes,
                                                open_stream, p2pd_pid, ping, wrap_rsa_key)
 from swarm_node.net.identity import IdentityLock, load_or_create_identity, peer_id_of
-from swarm_node.net.lanes import Kind
+from swarm_node.net.lanes import Kind, register_plainly
 from swarm_node.net.loop import CallTimeout, LoopThread
 from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability, announce_order
 from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
@@ -175,9 +175,7 @@ class HivemindTransport:
         if self.discovery == "push":  # lanes: fetch and announcement ids per neighbour, shut to strangers in a flood
             await self._astart_push(key, kinds)
         else:
-            for kind in kinds.values():
-                for proto in kind.ids:
-                    await self._p2p.add_binary_stream_handler(proto, kind.serve)
+            await register_plainly(self._p2p, kinds)  # v1: the public ids only, never shut
             validator = RecordValidator(key, self.cfg.run_id, self._stats)
             self._dht = await create_dht(self._p2p, validator, DHT_RPC_TIMEOUT_S, self.reachability.mode == "private")
             self._directory = PeerDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self._stats)
@@ -207,7 +205,8 @@ class HivemindTransport:
         mesh = Mesh(self._peer_id, self.cfg.run_id, self.protocol, params, initial, manifest=self.manifest,
                     anchors=load_anchors(self._anchors_path))
         mesh.require_manifest, mesh.measuring = self._require_manifest, self._measure
-        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter, self._anchors_path, kinds)
+        self._push = PushDiscovery(self._p2p, mesh, members, self._stats, self._limiter, self._anchors_path, kinds,
+                                   lane_secret=key.to_bytes())
         member_ttl = min(MAX_MEMBER_TTL_S, 5 * self.cfg.record_ttl_s)
         await self._push.listen(self._addrs, member_ttl)
 
@@ -232,8 +231,8 @@ class HivemindTransport:
             self._id_lock.release()
 
     async def _aclose(self) -> None:
-        for t in self._tasks:
-            t.cancel()
+        for t in self._tasks + ([self._dht_shield.task] if self._dht_shield and self._dht_shield.task else []):
+            t.cancel()  # a DHT shield first: hivemind's DHT shutdown removes its handlers itself
         if self._push is not None:
             await self._push.close()
         for what, part, timeout in (("DHT", self._dht, 5), ("p2pd", self._p2p, 10)):

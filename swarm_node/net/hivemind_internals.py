@@ -24,8 +24,9 @@ from swarm_node.net.shield import Shield
 
 MAX_FIND_KEYS = 32  # keys in one find request (a node reads its run's 8 membership keys at once)
 MAX_STORE_ENTRIES = 16  # entries in one store request (a node stores its one record at a time)
-DHT_SHIELD_TRIGGER, DHT_SHIELD_WINDOW_S = 200, 2.0  # DHT requests within the window that stop the node serving
-# the DHT for a while (an honest node's load is a few a second: all peers together get 100/s, `scores.RateLimits`)
+DHT_SHIELD_TRIGGER, DHT_SHIELD_WINDOW_S = 600, 2.0  # DHT requests within the window that stop the node serving
+# the DHT for a while: 3x what all peers together are served (100/s, `scores.RateLimits`), so a busy bootstrap
+# node does not shut itself (an honest node's load is a few a second)
 
 
 def wrap_rsa_key(key: rsa.RSAPrivateKey) -> RSAPrivateKey:
@@ -138,13 +139,18 @@ def guard_dht_requests(p2p: P2P, allow: Callable[[str, int], bool]) -> Shield:
                 return await handler(request, remote_id)
             guarded[name] = control.unary_handlers[name] = guard
 
+    registered = set(guarded)  # ours, name by name as p2pd confirmed (hivemind's dict is written before it asks)
+
     async def close() -> None:
-        for name in [n for n in guarded if n in control.unary_handlers]:
+        for name in [n for n in guarded if n in registered]:
             await control.remove_unary_handler(name)
+            registered.discard(name)
 
     async def reopen() -> None:
-        for name in [n for n in guarded if n not in control.unary_handlers]:
+        for name in [n for n in guarded if n not in registered]:
+            control.unary_handlers.pop(name, None)  # a failed add left it there, and add refuses a name it holds
             await control.add_unary_handler(name, guarded[name])
+            registered.add(name)
     shield = Shield("DHT request", DHT_SHIELD_TRIGGER, DHT_SHIELD_WINDOW_S, close, reopen)
     return shield
 

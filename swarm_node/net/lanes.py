@@ -6,10 +6,14 @@ refused inside p2pd (~0.07 ms, none of it ours). One id flooding valid announcem
 node's rounds even after it was graylisted. So the node registers as little as it can afford to:
 
     lane    each neighbour reaches us on ids of its own, <public id> + "/lane/" + 32 hex digits (an HMAC
-            of its peer id under a secret of this process) for announcements and fetches, which we tell
-            it in the announcements we send it (field `lane`) and keep registered in p2pd while it is our
-            neighbour; a stream on them from any other id is closed unread; a neighbour that loses its
-            slot (idle, graylisted, gone) loses its lane within a second, so its streams then die in p2pd
+            of its peer id under a key derived from our identity key: the same after a restart) for
+            announcements and fetches, which we tell it in the announcements we send it (field `lane`) and
+            keep registered in p2pd while it is our neighbour; a neighbour that loses its slot (idle,
+            graylisted, gone) loses its lane within a second, so its streams then die in p2pd. The ids are
+            not secret (libp2p identify lists every registered id to every connected peer, red team 21): a
+            stream on a lane from any other id is closed unread and counts as that id's misbehaviour, but
+            it costs what any registered id's stream costs, so a flooder that reads identify and floods a
+            lane costs the node what the flood on the public ids did before (see docs/RELIABILITY.md)
     shield  SHIELD_TRIGGER streams on the public ids (announcement, fetch, dial-back) within SHIELD_WINDOW_S,
             served or not, unregister them for a while (`shield.py`): strangers cannot reach us meanwhile
             (they see the refusal an older node gives and retry later), neighbours go on over their lanes,
@@ -60,17 +64,28 @@ def lane_token(obj: dict) -> str | None:
     return None
 
 
+async def register_plainly(p2p, kinds: dict[str, Kind]) -> None:
+    """Discovery v1 (no lanes, no shield): every kind's public ids, as they are."""
+    for kind in kinds.values():
+        for proto in kind.ids:
+            await p2p.add_binary_stream_handler(proto, kind.serve)
+
+
 class Lanes:
     """Which stream ids this node registers in p2pd: the public ones of every kind unless shielded, and each
     neighbour's lanes; and the lanes peers gave us. Runs on the transport's loop."""
 
-    def __init__(self, p2p, kinds: dict[str, Kind], secret: bytes | None = None):
-        self.p2p, self.kinds = p2p, kinds
-        self.secret = secret or os.urandom(32)
+    def __init__(self, p2p, kinds: dict[str, Kind], secret: bytes | None = None,
+                 misused: Callable[[str], None] = lambda sender: None):
+        self.p2p, self.kinds, self.misused = p2p, kinds, misused  # misused(sender): it opened another's lane
+        # tokens stable across restarts when `secret` is (our identity key): a restarted node's neighbours still
+        # know its lanes, and it theirs as soon as it dials them
+        self.secret = hashlib.sha256(b"swarm-node lanes\0" + secret).digest() if secret else os.urandom(32)
         self.open: dict[str, list[str]] = {}  # peer -> the lane ids registered for it
         self.theirs: OrderedDict[str, str] = OrderedDict()  # peer -> the lane token it gave us
         self.lock = asyncio.Lock()  # one p2pd handler change at a time (registering an id twice fails)
         self.public: set[str] = set()  # the public ids registered now (none while the shield is up)
+        self.tasks: set[asyncio.Task] = set()  # lanes being opened or closed in the background
         self.shield = Shield("stream", SHIELD_TRIGGER, SHIELD_WINDOW_S, self._close_public, self._open_public)
 
     def token(self, peer: str) -> str:
@@ -80,55 +95,61 @@ class Lanes:
         await self._open_public()
 
     async def give(self, peer: str) -> dict:
-        """The field that tells `peer` its lane, once its ids are registered."""
+        """The field that tells `peer` its lane, once its ids are registered (`open` follows p2pd id by id, so a
+        registration that failed half-way is completed next time, never registered twice)."""
         async with self.lock:
-            if peer not in self.open:
-                token, ids = self.token(peer), []
-                try:
-                    for kind in self.kinds.values():
-                        if kind.laned:
-                            await self.p2p.add_binary_stream_handler(kind.ids[0] + LANE_INFIX + token,
-                                                                     self._lane_handler(kind.serve, peer))
-                            ids.append(kind.ids[0] + LANE_INFIX + token)
-                except BaseException:  # all or nothing: a half-registered lane could never be registered again
-                    for proto in ids:
-                        await self.p2p.remove_binary_stream_handler(proto)
-                    raise
-                self.open[peer] = ids
-        return {"lane": self.token(peer)}
+            ids, token = self.open.setdefault(peer, []), self.token(peer)
+            for kind in self.kinds.values():
+                if kind.laned and kind.ids[0] + LANE_INFIX + token not in ids:
+                    await self.p2p.add_binary_stream_handler(kind.ids[0] + LANE_INFIX + token,
+                                                             self._lane_handler(kind.serve, peer))
+                    ids.append(kind.ids[0] + LANE_INFIX + token)
+        return {"lane": token}
 
     def want(self, peer: str) -> dict:
         """= give, registering in the background (a peer that uses the lane before then falls back to the public ids)."""
         if peer not in self.open:
-            asyncio.get_running_loop().create_task(self._quietly(self.give, peer))
+            self._soon(self.give, peer)
         return {"lane": self.token(peer)}
 
-    @staticmethod
-    async def _quietly(change, peer: str) -> None:
-        try:
-            await change(peer)
-        except Exception as e:  # p2pd gone (closing): a peer without its lane falls back to the public ids
-            logger.debug("lane of %s: %r", peer, e)
+    def _soon(self, change, peer: str) -> None:
+        async def quietly() -> None:
+            try:
+                await change(peer)
+            except Exception as e:  # p2pd gone (closing): a peer without its lane falls back to the public ids
+                logger.debug("lane of %s: %r", peer, e)
+        task = asyncio.get_running_loop().create_task(quietly())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
-    async def keep(self, peers: set[str]) -> None:
-        """Unregister the lanes of everyone but `peers`."""
-        for peer in [p for p in self.open if p not in peers]:
-            await self.close(peer)
+    async def keep(self, wanted: Callable[[], set[str]]) -> None:
+        """Unregister the lanes of everyone not in `wanted()` (read again under the lock: a peer admitted meanwhile
+        keeps the lane it was just told), and forget theirs."""
+        for peer in [p for p in self.theirs if p not in wanted()]:
+            del self.theirs[peer]
+        for peer in [p for p in self.open if p not in wanted()]:
+            await self.close(peer, unless=lambda p: p in wanted())
 
     def close_soon(self, peer: str) -> None:
         """= close, in the background (a graylisting: its streams die in p2pd from now on)."""
         try:
-            asyncio.get_running_loop().create_task(self._quietly(self.close, peer))
+            self._soon(self.close, peer)
         except RuntimeError:  # no loop (a unit test of the mesh): nothing is registered
             pass
 
-    async def close(self, peer: str) -> None:
+    async def close(self, peer: str, unless: Callable[[str], bool] = lambda peer: False) -> None:
         async with self.lock:
-            for proto in self.open.pop(peer, []):
-                await self.p2p.remove_binary_stream_handler(proto)
+            if unless(peer):  # decided under the lock: no lane is given meanwhile
+                return
+            ids = self.open.get(peer, [])
+            while ids:
+                await self.p2p.remove_binary_stream_handler(ids[-1])
+                ids.pop()
+            self.open.pop(peer, None)
 
     def heard(self, peer: str, obj: dict) -> None:
-        """Remember the lane `peer` gave us in a frame, or forget it (a frame without one: it keeps none for us)."""
+        """Remember the lane a neighbour gave us in an `ok` frame, or forget it (a frame without one: it keeps none
+        for us). Only a neighbour's: strangers' junk frames flushed a neighbour's lane from the map (red team 21)."""
         token = lane_token(obj) if isinstance(obj, dict) else None
         self.theirs.pop(peer, None)
         if token is not None:
@@ -143,8 +164,9 @@ class Lanes:
 
     def _lane_handler(self, serve: Handler, peer: str) -> Handler:
         async def lane(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if str(info.peer_id) != peer:  # a lane serves its peer only
+            if str(info.peer_id) != peer:  # a lane serves its peer only (any connected peer can read the id: identify)
                 writer.close()
+                self.misused(str(info.peer_id))
                 return
             await serve(info, reader, writer)
         return lane
