@@ -11,7 +11,7 @@ from swarm_node.net import lanes as lanes_module
 from swarm_node.net import shield as shield_module
 from swarm_node.net.lanes import LANE_INFIX, SHIELD_TRIGGER, Kind, Lanes, lane_token
 
-ANNOUNCE, FETCH, DIALBACK = ("/a/2", "a.legacy"), ("/f/1", "f.legacy"), ("/d/1",)
+ANNOUNCE, FETCH = ("/a/2", "a.legacy"), ("/f/1", "f.legacy")
 
 
 class Daemon:
@@ -40,7 +40,7 @@ class Writer:
 def make(daemon: Daemon, served: list, misused: list | None = None) -> Lanes:
     async def serve(info, reader, writer):
         served.append(str(info.peer_id))
-    kinds = {"announce": Kind(ANNOUNCE, serve), "fetch": Kind(FETCH, serve), "dialback": Kind(DIALBACK, serve, laned=False)}
+    kinds = {"announce": Kind(ANNOUNCE, serve), "fetch": Kind(FETCH, serve)}
     return Lanes(daemon, kinds, secret=b"s" * 32, misused=(misused if misused is not None else []).append)
 
 
@@ -49,7 +49,7 @@ def test_a_lane_is_registered_for_its_peer_alone_and_goes_with_it():
         daemon, served, misused = Daemon(), [], []
         lanes = make(daemon, served, misused)
         await lanes.listen()
-        assert set(daemon.handlers) == {*ANNOUNCE, *FETCH, *DIALBACK}
+        assert set(daemon.handlers) == {*ANNOUNCE, *FETCH}
         field = await lanes.give("QmH")
         token = field["lane"]
         assert lane_token(field) == token == lanes.token("QmH") != lanes.token("QmX") and len(token) == 32
@@ -62,7 +62,7 @@ def test_a_lane_is_registered_for_its_peer_alone_and_goes_with_it():
         assert served == ["QmH"]
         lanes.heard("QmH", {"lane": "0f" * 16})
         await lanes.keep(lambda: {"QmOther"})
-        assert "QmH" not in lanes.open and "QmH" not in lanes.theirs and set(daemon.handlers) == {*ANNOUNCE, *FETCH, *DIALBACK}
+        assert "QmH" not in lanes.open and "QmH" not in lanes.theirs and set(daemon.handlers) == {*ANNOUNCE, *FETCH}
     asyncio.run(main())
 
 
@@ -111,7 +111,7 @@ def test_a_flood_on_the_public_ids_shuts_them_for_a_while_and_they_reopen_for_a_
         lanes = make(daemon, served)
         await lanes.listen()
         await lanes.give("QmH")
-        every = {*ANNOUNCE, *FETCH, *DIALBACK}
+        every = {*ANNOUNCE, *FETCH}
         public = daemon.handlers[FETCH[1]]
         for i in range(SHIELD_TRIGGER - 1):
             await public(SimpleNamespace(peer_id=f"QmS{i}"), None, Writer())
@@ -123,7 +123,7 @@ def test_a_flood_on_the_public_ids_shuts_them_for_a_while_and_they_reopen_for_a_
         assert sorted(daemon.handlers) == sorted(lanes.open["QmH"])  # only H's lanes are left
         await asyncio.sleep(0.25)
         assert not lanes.shield.up() and lanes.public == every and set(daemon.handlers) >= every
-        public = daemon.handlers[DIALBACK[0]]
+        public = daemon.handlers[ANNOUNCE[0]]
         for i in range(3 * SHIELD_TRIGGER):  # back at once: served, uncounted, for the open share
             await public(SimpleNamespace(peer_id=f"QmS{i}"), None, Writer())
         await asyncio.sleep(0.05)
@@ -156,4 +156,36 @@ def test_a_shield_whose_close_fails_still_reopens(monkeypatch):
         shield.arrived()
         await asyncio.sleep(0.2)
         assert calls == ["close", "reopen"] and not shield.up() and shield.task is None
+    asyncio.run(main())
+
+
+def test_public_ids_a_failed_reopen_left_shut_are_registered_again():
+    """Red team 23: one failed reopen left the public ids shut for good (arrivals, which drive the shield, come
+    only on registered ids); the lane loop's reconcile registers what p2pd lacks while no shield is up."""
+    async def main():
+        daemon = Daemon()
+        lanes = make(daemon, [])
+        await lanes.listen()
+        await lanes._close_public()  # as a shield whose reopen then failed leaves them
+        assert daemon.handlers == {} and not lanes.shield.up()
+        await lanes.reconcile()
+        assert set(daemon.handlers) == lanes.public == {*ANNOUNCE, *FETCH}
+        await lanes.reconcile()  # nothing missing: nothing registered twice
+    asyncio.run(main())
+
+
+def test_a_graylisted_id_on_anothers_lane_is_not_counted_again():
+    """Red team 23: every stream of an id already graylisted counted again (+2,014 graylistings in 52 s)."""
+    from collections import Counter
+
+    from swarm_node.net.announce import Mesh
+    from swarm_node.net.discovery import PushDiscovery
+    from swarm_node.net.scores import MeshParams
+
+    async def main():
+        d = PushDiscovery(None, Mesh("QmV", "r", 1, MeshParams(4, 6, 60.0, 1 << 20)), SimpleNamespace(read=None),
+                          Counter())
+        for _ in range(500):
+            d._misused("QmX")
+        assert d.limiter.graylisted("QmX") and d.limiter.graylisted_total == 1
     asyncio.run(main())

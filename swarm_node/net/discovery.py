@@ -278,7 +278,7 @@ class PushDiscovery:
         self.limiter.on_graylist = self._graylisted
         # announcements and `kinds` (fetch, dial-back): ids per neighbour, the public ones shut during a flood
         self.lanes = Lanes(p2p, {"announce": Kind(ANNOUNCE_PROTOCOLS, self.serve), **(kinds or {})},
-                           secret=lane_secret, misused=self.limiter.misbehaved)
+                           secret=lane_secret, misused=self._misused)
         self.driver = MeshDriver(mesh, self.contact, members.read)
         # announcements being answered: one per peer, MAX_STRANGER_ANNOUNCES of peers we do not favour
         self.serving = StreamLimits(max_per_peer=1, max_open=MAX_STRANGER_ANNOUNCES)
@@ -297,16 +297,23 @@ class PushDiscovery:
         return [loop.create_task(self.driver.run()), loop.create_task(self._member_loop()),
                 loop.create_task(self._lane_loop())]
 
+    def _misused(self, sender: str) -> None:
+        """`sender` opened another peer's lane (its id read from identify): misbehaviour, once it is not graylisted
+        already (each such stream counted again inflated the graylist count by thousands: red team 23)."""
+        if not self.limiter.graylisted(sender):
+            self.limiter.misbehaved(sender)
+
     def _graylisted(self, peer: str, seconds: float) -> None:
         self.mesh.graylist(peer, time.time() + seconds, time.time())
         self.lanes.close_soon(peer)  # its streams die in p2pd from now on
 
     async def _lane_loop(self) -> None:
-        """Every second: only neighbours and the peers being dialled keep a lane."""
+        """Every second: only neighbours and the peers being dialled keep a lane; the public ids are back after a shield."""
         while True:
             await asyncio.sleep(1.0)
             try:
                 await self.lanes.keep(lambda: set(self.mesh.neighbors) | set(self.driver.in_flight))
+                await self.lanes.reconcile()
             except Exception as e:  # p2pd gone: the transport is closing
                 logger.debug("lanes: %r", e)
 

@@ -52,7 +52,6 @@ from swarm_node.net.reach import DIALBACK_PROTOCOL, DialbackServer, Reachability
 from swarm_node.net.records import (FETCH_PROTOCOLS, MAX_ADDRS, MAX_BUCKET_ENTRIES, MAX_MEMBER_TTL_S,
                                     STATUS_BAD_REQUEST, STATUS_BUSY, STATUS_NOT_FOUND, is_digest, make_record)
 from swarm_node.net.scores import MeshParams, PeerLimiter, load_anchors, subnet_of
-from swarm_node.net.shield import Shield
 from swarm_node.wire import codec
 from swarm_node.wire.codec import PROTOCOL_VERSION
 
@@ -121,7 +120,6 @@ class HivemindTransport:
         self._dht: DHTNode | None = None
         self._directory: PeerDirectory | None = None  # v1
         self._push: PushDiscovery | None = None  # v2
-        self._dht_shield: Shield | None = None  # stops serving DHT requests in a flood (net/shield.py)
         self._addrs: list[str] = []  # our transport addresses (without /p2p), as announced to peers
         self._alone_since: float | None = None
         self._server: PacketServer | None = None
@@ -169,8 +167,10 @@ class HivemindTransport:
         self._server = PacketServer(self.cfg.run_id, self._offers.get, self._stats, rates=self._limiter,
                                     favoured=lambda peer: self._push is not None and self._push.favoured(peer))
         kinds = {"fetch": Kind(FETCH_PROTOCOLS, lambda info, reader, writer: self._server.handle(  # new id first
-            reader, writer, info.peer_id)), "dialback": Kind((DIALBACK_PROTOCOL,), lambda info, reader, writer:
-            self._dialback_server.handle(str(info.peer_id), str(info.addr), reader, writer), laned=False)}
+            reader, writer, info.peer_id))}
+        await self._p2p.add_binary_stream_handler(  # never shut: a joiner's one check (red team 23), rate-limited
+            DIALBACK_PROTOCOL, lambda info, reader, writer: self._dialback_server.handle(
+                str(info.peer_id), str(info.addr), reader, writer))
         self._addrs = self.reachability.addrs[:MAX_ADDRS]
         if self.discovery == "push":  # lanes: fetch and announcement ids per neighbour, shut to strangers in a flood
             await self._astart_push(key, kinds)
@@ -179,7 +179,7 @@ class HivemindTransport:
             validator = RecordValidator(key, self.cfg.run_id, self._stats)
             self._dht = await create_dht(self._p2p, validator, DHT_RPC_TIMEOUT_S, self.reachability.mode == "private")
             self._directory = PeerDirectory(self._dht, validator, self.cfg.run_id, self._peer_id, self._stats)
-        self._dht_shield = guard_dht_requests(self._p2p, self._limiter.allow_dht)  # rates, size, floods: unparsed
+        guard_dht_requests(self._p2p, self._limiter.allow_dht)  # per-peer and total rates, size: before parsing
         if self._initial and not await self._bootstrap_once():
             self._alone_since = time.monotonic()
             logger.warning("none of the %d initial peers answered (%s); running alone and retrying in %.0f s, then "
@@ -231,8 +231,8 @@ class HivemindTransport:
             self._id_lock.release()
 
     async def _aclose(self) -> None:
-        for t in self._tasks + ([self._dht_shield.task] if self._dht_shield and self._dht_shield.task else []):
-            t.cancel()  # a DHT shield first: hivemind's DHT shutdown removes its handlers itself
+        for t in self._tasks:
+            t.cancel()
         if self._push is not None:
             await self._push.close()
         for what, part, timeout in (("DHT", self._dht, 5), ("p2pd", self._p2p, 10)):
@@ -368,7 +368,7 @@ class HivemindTransport:
 
     def stats(self) -> dict[str, int]:
         rates = {"streams_over_rate": self._limiter.over_rate, "peers_graylisted": self._limiter.graylisted_total,
-                 "shields": sum(s.shields for s in (self._dht_shield, self._push and self._push.lanes.shield) if s)}
+                 "shields": self._push.lanes.shield.shields if self._push is not None else 0}
         return {**self._stats, **rates, **(self._push.gauges() if self._push is not None else {})}
 
     # ---- raw streams, for tools (the conformance probe, net/probe.py) -----------------------------------

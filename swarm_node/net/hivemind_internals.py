@@ -20,13 +20,8 @@ from hivemind.proto import dht_pb2, p2pd_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarm_node.net.shield import Shield
-
 MAX_FIND_KEYS = 32  # keys in one find request (a node reads its run's 8 membership keys at once)
 MAX_STORE_ENTRIES = 16  # entries in one store request (a node stores its one record at a time)
-DHT_SHIELD_TRIGGER, DHT_SHIELD_WINDOW_S = 600, 2.0  # DHT requests within the window that stop the node serving
-# the DHT for a while: 3x what all peers together are served (100/s, `scores.RateLimits`), so a busy bootstrap
-# node does not shut itself (an honest node's load is a few a second)
 
 
 def wrap_rsa_key(key: rsa.RSAPrivateKey) -> RSAPrivateKey:
@@ -117,42 +112,23 @@ async def create_dht(p2p: P2P, validator, wait_timeout: float, client_mode: bool
                                 client_mode=client_mode, cache_locally=False, cache_nearest=0, cache_on_store=False)
 
 
-def guard_dht_requests(p2p: P2P, allow: Callable[[str, int], bool]) -> Shield:
+def guard_dht_requests(p2p: P2P, allow: Callable[[str, int], bool]) -> None:
     """Refuse a DHT request before its bytes are parsed when `allow(peer id, request bytes)` says no:
     every `DHTProtocol.rpc_*` handler registered on `p2p` is wrapped (private
     `P2P._client.control.unary_handlers`, which hivemind reads on every call). A refused request is
     answered with an error, at the cost of a length check (the verify bomb sent 3.8 MB requests of
-    2,400 records each, 8 at once, and every record's owner key was parsed on the event loop). Each
-    request counts toward the returned shield (`shield.py`): in a flood the node stops serving the DHT
-    for a while, and p2pd refuses the requests (a refused one still cost ~0.17 ms, mostly p2pd's)."""
-    control = p2p._client.control
-    guarded = {}
-    for name, handler in list(control.unary_handlers.items()):
+    2,400 records each, 8 at once, and every record's owner key was parsed on the event loop)."""
+    handlers = p2p._client.control.unary_handlers
+    for name, handler in list(handlers.items()):
         if name.startswith("DHTProtocol."):
-            async def guard(request: bytes, remote_id: PeerID, handler=handler, name=name) -> bytes:
-                shield.arrived()
+            async def guarded(request: bytes, remote_id: PeerID, handler=handler, name=name) -> bytes:
                 if not allow(str(remote_id), len(request)):
                     raise PermissionError("refused: over this peer's DHT request rate or size")
                 problem = dht_request_problem(name, request)
                 if problem is not None:
                     raise PermissionError(f"refused: {problem}")
                 return await handler(request, remote_id)
-            guarded[name] = control.unary_handlers[name] = guard
-
-    registered = set(guarded)  # ours, name by name as p2pd confirmed (hivemind's dict is written before it asks)
-
-    async def close() -> None:
-        for name in [n for n in guarded if n in registered]:
-            await control.remove_unary_handler(name)
-            registered.discard(name)
-
-    async def reopen() -> None:
-        for name in [n for n in guarded if n not in registered]:
-            control.unary_handlers.pop(name, None)  # a failed add left it there, and add refuses a name it holds
-            await control.add_unary_handler(name, guarded[name])
-            registered.add(name)
-    shield = Shield("DHT request", DHT_SHIELD_TRIGGER, DHT_SHIELD_WINDOW_S, close, reopen)
-    return shield
+            handlers[name] = guarded
 
 
 def dht_request_problem(name: str, request: bytes) -> str | None:

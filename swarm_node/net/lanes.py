@@ -14,7 +14,7 @@ node's rounds even after it was graylisted. So the node registers as little as i
             stream on a lane from any other id is closed unread and counts as that id's misbehaviour, but
             it costs what any registered id's stream costs, so a flooder that reads identify and floods a
             lane costs the node what the flood on the public ids did before (see docs/RELIABILITY.md)
-    shield  SHIELD_TRIGGER streams on the public ids (announcement, fetch, dial-back) within SHIELD_WINDOW_S,
+    shield  SHIELD_TRIGGER streams on the public ids (announcement, fetch) within SHIELD_WINDOW_S,
             served or not, unregister them for a while (`shield.py`): strangers cannot reach us meanwhile
             (they see the refusal an older node gives and retry later), neighbours go on over their lanes,
             and we still dial the candidates we pick
@@ -53,7 +53,6 @@ class Kind:
 
     ids: tuple[str, ...]
     serve: Handler
-    laned: bool = True  # neighbours get a lane of it (dial-back: public only, asked once by newcomers)
 
 
 def lane_token(obj: dict) -> str | None:
@@ -100,7 +99,7 @@ class Lanes:
         async with self.lock:
             ids, token = self.open.setdefault(peer, []), self.token(peer)
             for kind in self.kinds.values():
-                if kind.laned and kind.ids[0] + LANE_INFIX + token not in ids:
+                if kind.ids[0] + LANE_INFIX + token not in ids:
                     await self.p2p.add_binary_stream_handler(kind.ids[0] + LANE_INFIX + token,
                                                              self._lane_handler(kind.serve, peer))
                     ids.append(kind.ids[0] + LANE_INFIX + token)
@@ -182,6 +181,13 @@ class Lanes:
             for proto in [p for kind in self.kinds.values() for p in kind.ids if p in self.public]:
                 await self.p2p.remove_binary_stream_handler(proto)
                 self.public.discard(proto)
+
+    async def reconcile(self) -> None:
+        """Register the public ids p2pd lacks while no shield is up (a reopen that failed left them shut; arrivals,
+        which raise and lower the shield, come only on registered ids: red team 23)."""
+        if not self.shield.up() and self.shield.task is None and \
+                len(self.public) < sum(len(kind.ids) for kind in self.kinds.values()):
+            await self._open_public()
 
     async def _open_public(self) -> None:
         async with self.lock:

@@ -11,9 +11,9 @@ unregistered for SHIELD_S, then registered again and kept open for at least OPEN
 OPEN_S / (SHIELD_S + OPEN_S) of the time, and however cheaply an attacker re-triggers it, the ids are
 open that share of the time, every SHIELD_S + OPEN_S seconds, for honest strangers to get in (red team 21:
 a shield that doubled while floods came back was held shut by ~200 streams every few minutes, and links that
-broke then never re-formed). Users: the public announcement, fetch and dial-back ids (`lanes.py`;
-neighbours go on over their lanes) and the DHT's requests (`hivemind_internals.guard_dht_requests`; the
-node keeps using the DHT, it only stops serving it while shut).
+broke then never re-formed). Used for the public announcement and fetch ids (`lanes.py`; neighbours go on
+over their lanes). Not for the DHT: a node that stopped serving it was dropped from its peers' routing
+tables, which then never refilled (red team 23), and a DHT request refused at once was already cheap.
 """
 
 from __future__ import annotations
