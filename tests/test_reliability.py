@@ -759,8 +759,9 @@ def _fds_and_memory(pid: int) -> tuple[int, int, int]:
 def test_ten_thousand_held_open_streams_leave_fds_and_logs_bounded(tmp_path, procs):
     """Issue 18 point 5: a real hostile process opens 10,000 fetch streams to a `swarm-node join` node
     (2,000 held at once, never sending a request) while the node runs with a 1,024 open-files limit.
-    Streams beyond 4 per peer are answered busy at once, so the node's fds, its p2pd's, and its log
-    stay bounded, and it keeps training. (Before: 7,949 fds and 48 MB of node.log in 90 s.)"""
+    Streams beyond 4 per peer are answered busy at once (and once 200 came within 2 s, the public fetch id is
+    shut and p2pd refuses the rest), so the node's fds, its p2pd's, and its log stay bounded, and it keeps
+    training. (Before: 7,949 fds and 48 MB of node.log in 90 s.)"""
     node = procs(NodeProcess([sys.executable, "-c", LIMITED_JOIN, "join", "--out", str(tmp_path / "node"),
                               "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--run-id", "streams", "--rounds", "400", *VICTIM],
                              tmp_path / "node"))
@@ -785,7 +786,10 @@ def test_ten_thousand_held_open_streams_leave_fds_and_logs_bounded(tmp_path, pro
           f"node closed one); node fds {base[0]} -> peak {peak[0]} (limit {NOFILE}), p2pd fds {base[1]} -> {peak[1]}, "
           f"p2pd RSS {base[2] / 2**20:.0f} -> {peak[2] / 2**20:.0f} MB; node.log +{log_growth} B, output "
           f"+{out_growth} B; {rounds} rounds trained meanwhile")
-    assert report["opened"] >= 9_000 and report["ends"].get("held", 0) <= 8  # refused, not held
+    # refused, not held: since session 34 most inside p2pd, once the flood shut the public fetch id (net/shield.py)
+    shields = sum(r.get("swarm/shields", 0) for r in node.rows())
+    assert report["opened"] + report["ends"].get("open_failed", 0) >= 9_000 and report["ends"].get("held", 0) <= 8
+    assert report["opened"] >= 9_000 or (shields >= 1 and report["ends"].get("open_failed", 0) > 0)
     assert peak[0] < 600 and peak[1] < 1_000 and peak[2] < 512 * 2**20
     assert log_growth < 64 * 1024 and out_growth < 64 * 1024
     assert "Too many open files" not in log.read_text() + node.text(10**9)
