@@ -16,6 +16,9 @@
                      clock of empty ones that left, slots held for their /24 (issue 27; no hivemind)
     knockers.py      peers a full node refused that offered packets: fetched from in turn while it
                      starves, dialled first once their packet was taken (issue 27; no hivemind)
+    lanes.py         announcement and fetch ids of each neighbour's own, and which public ids are registered
+                     in p2pd (issue 27's flood; talks to p2pd through any object with hivemind's P2P methods)
+    shield.py        ids unregistered for a while when flooded, then open a guaranteed share (no hivemind)
     discovery.py     hivemind DHT: membership records (v2), the v1 single-key records, validators
     reach.py         reachability: the dial-back check, p2pd options per mode, the status line (no hivemind)
     daemon.py        start p2pd so peers can reach it: public, or private behind a circuit relay
@@ -27,7 +30,7 @@
 
 Only daemon.py, discovery.py, hivemind.py, hivemind_internals.py and hivemind_hardening.py import hivemind: they are
 the libp2p implementation, split to keep each module readable; private attributes are touched only in
-hivemind_internals.py and hivemind_hardening.py (which replaces two of hivemind's methods), and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
+hivemind_internals.py and hivemind_hardening.py (which replaces three of hivemind's methods), and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
 sees only bytes, peer ids, digests and rounds: no hivemind types.
 """
 
