@@ -11,20 +11,21 @@ from collections import Counter
 import pytest
 
 from swarm_node.config import SwarmConfig
-from swarm_node.harness.dht_attacker import announce_loop, hold_loop, open_loop
+from swarm_node.harness.dht_attacker import flood_loop, hold_loop
 from swarm_node.net.hivemind import HivemindTransport
 
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
 FLOOD_S, LOOPS, MAX_STREAMS = 8.0, 8, 20_000
 
 
-async def flood(p2p, target: str, announcement: dict, counts: dict) -> None:
-    """LOOPS concurrent loops of valid announcement exchanges with `target`, for FLOOD_S at most."""
+async def flood(p2p, target: str, what: str, counts: dict, announcement: dict | None = None) -> None:
+    """LOOPS concurrent `flood_loop`s of `what` (valid announcement exchanges, or fetch streams closed at once)
+    at `target`, for FLOOD_S at most."""
     from hivemind.p2p import PeerID
 
     t_end = time.monotonic() + FLOOD_S
-    await asyncio.gather(*(announce_loop(p2p, PeerID.from_base58(target), announcement, counts, t_end,
-                                         max_streams=MAX_STREAMS) for _ in range(LOOPS)))
+    await asyncio.gather(*(flood_loop(p2p, PeerID.from_base58(target), what, counts, t_end,
+                                      max_calls=MAX_STREAMS, announcement=announcement) for _ in range(LOOPS)))
 
 
 def _victim_honest_attacker(run: str) -> list[HivemindTransport]:
@@ -56,7 +57,8 @@ def test_an_id_flooding_announce_streams_is_graylisted_and_rounds_go_on():
         counts = {"sent": 0, "answered": 0, "errors": 0}
 
         async def start():
-            return asyncio.get_running_loop().create_task(flood(attacker._p2p, v.peer_id, announcement, counts))
+            return asyncio.get_running_loop().create_task(
+                flood(attacker._p2p, v.peer_id, "announce", counts, announcement))
         task = attacker._run(start(), 10)
         t0, t_gray, waits, r = time.monotonic(), None, [], 0
         while time.monotonic() - t0 < FLOOD_S + 1 and r < 200:
@@ -150,15 +152,6 @@ def test_streams_held_silent_by_a_stranger_cannot_cut_two_neighbours_apart(monke
             n.close()
 
 
-async def open_flood(p2p, target: str, what: str, counts: dict, seconds: float = FLOOD_S) -> None:
-    """LOOPS loops of `open_loop` (fetch streams closed at once, or DHT pings) to `target`, for `seconds` at most."""
-    from hivemind.p2p import PeerID
-
-    t_end = time.monotonic() + seconds
-    await asyncio.gather(*(open_loop(p2p, PeerID.from_base58(target), what, counts, t_end, max_calls=MAX_STREAMS)
-                           for _ in range(LOOPS)))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", ["announce", "fetch"])
 def test_a_flood_shuts_the_public_ids_while_neighbours_go_on_over_their_lanes(stream):
@@ -220,9 +213,8 @@ def test_a_flood_shuts_the_public_ids_while_neighbours_go_on_over_their_lanes(st
         counts = {"sent": 0, "answered": 0, "errors": 0}
 
         async def start():
-            return asyncio.get_running_loop().create_task(flood(attacker._p2p, v.peer_id, announcement, counts)
-                                                          if stream == "announce" else
-                                                          open_flood(attacker._p2p, v.peer_id, "fetch", counts))
+            return asyncio.get_running_loop().create_task(
+                flood(attacker._p2p, v.peer_id, stream, counts, announcement))
         task = attacker._run(start(), 10)
         received_before, rounds_before = v.stats()["announces_received"], r
         t0 = time.monotonic()

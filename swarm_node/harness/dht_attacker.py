@@ -196,44 +196,31 @@ async def cachefill(args, summary: dict) -> None:
     await p2p.shutdown()
 
 
-async def announce_loop(p2p: P2P, pid: PeerID, announcement: dict, counts: dict, t_end: float,
-                        active=lambda: True, max_streams: int = 10**9) -> None:
-    """Valid announcement exchanges with `pid`, one after another as fast as it answers (or closes the
-    stream), while `active()`, until `t_end` (monotonic) or max_streams in all; counts sent, answered, errors."""
-    while time.monotonic() < t_end and counts["sent"] < max_streams:
-        if not active():
-            await asyncio.sleep(0.05)
-            continue
-        counts["sent"] += 1
-        try:
-            _, reader, writer = await asyncio.wait_for(open_stream(p2p, pid, ANNOUNCE_PROTOCOLS), 2.0)
-            try:
-                await asyncio.wait_for(send_announcement(reader, writer, announcement), 2.0)
-                counts["answered"] += 1
-            finally:
-                writer.close()
-        except Exception:
-            counts["errors"] += 1
-            await asyncio.sleep(0.001)
-
-
-async def open_loop(p2p: P2P, pid: PeerID, what: str, counts: dict, t_end: float, active=lambda: True,
-                    max_calls: int = 10**9) -> None:
-    """`what` = "fetch": open a fetch stream to `pid` and close it at once; "dht": send it a DHT ping; one after
-    another as fast as it answers, while `active()`, until `t_end` (monotonic) or max_calls in all. Counts sent,
-    answered, errors, and of those `p2pd` (refused in multistream-select: an id the target does not register)."""
+async def flood_loop(p2p: P2P, pid: PeerID, what: str, counts: dict, t_end: float, active=lambda: True,
+                     max_calls: int = 10**9, announcement: dict | None = None) -> None:
+    """One attempt after another at `pid`, as fast as it answers (or refuses), while `active()`, until `t_end`
+    (monotonic) or max_calls in all: `what` = "announce", a valid exchange of `announcement`; "fetch", a fetch
+    stream opened and closed at once; "dht", a DHT ping. Counts sent, answered, errors, and of those `p2pd`
+    (refused in multistream-select: an id the target does not register)."""
     ping = dht_pb2.PingRequest().SerializeToString()
+
+    async def attempt() -> None:
+        if what == "dht":
+            await p2p._client.control.call_unary_handler(pid, "DHTProtocol.rpc_ping", ping)
+            return
+        _, reader, writer = await open_stream(p2p, pid, ANNOUNCE_PROTOCOLS if what == "announce" else FETCH_PROTOCOLS)
+        try:
+            if what == "announce":
+                await send_announcement(reader, writer, announcement)
+        finally:
+            writer.close()
     while time.monotonic() < t_end and counts["sent"] < max_calls:
         if not active():
             await asyncio.sleep(0.05)
             continue
         counts["sent"] += 1
         try:
-            if what == "fetch":
-                _, _, writer = await asyncio.wait_for(open_stream(p2p, pid, FETCH_PROTOCOLS), 2.0)
-                writer.close()
-            else:
-                await asyncio.wait_for(p2p._client.control.call_unary_handler(pid, "DHTProtocol.rpc_ping", ping), 2.0)
+            await asyncio.wait_for(attempt(), 2.0)
             counts["answered"] += 1
         except Exception as e:
             counts["errors"] += 1
@@ -280,10 +267,8 @@ async def flood(args, summary: dict) -> None:
     summary["ids"], summary["ids_connected"] = [str(p.peer_id) for p in hosts], len(hosts)
     await ready(args)
     t_end = time.monotonic() + args.seconds
-    await asyncio.gather(*(announce_loop(p2p, pid, announcement, summary, t_end, lambda: active(args))
-                           if args.streams == "announce" else open_loop(p2p, pid, args.streams, summary, t_end,
-                                                                         lambda: active(args))
-                           for p2p in hosts for _ in range(args.loops)))
+    await asyncio.gather(*(flood_loop(p2p, pid, args.streams, summary, t_end, lambda: active(args),
+                                      announcement=announcement) for p2p in hosts for _ in range(args.loops)))
     for p2p in hosts:
         await p2p.shutdown()
 

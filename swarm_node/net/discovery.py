@@ -276,7 +276,7 @@ class PushDiscovery:
         self.anchors: dict[str, list[str]] = {}  # as last saved
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
         self.limiter.on_graylist = self._graylisted
-        # announcements and `kinds` (fetch, dial-back): ids per neighbour, the public ones shut during a flood
+        # announcements and `kinds` (fetch): ids per neighbour, the public ones shut during a flood
         self.lanes = Lanes(p2p, {"announce": Kind(ANNOUNCE_PROTOCOLS, self.serve), **(kinds or {})},
                            secret=lane_secret, misused=self._misused)
         self.driver = MeshDriver(mesh, self.contact, members.read)
