@@ -233,3 +233,39 @@ def test_a_flood_shuts_the_public_ids_while_neighbours_go_on_over_their_lanes(st
     finally:
         for n in (v, h, attacker):
             n.close()
+
+
+@pytest.mark.slow
+def test_dials_to_made_up_candidates_register_no_lane_in_p2pd():
+    """Red team 24: every id a node registers or removes in p2pd is an identify push to every connected peer
+    (~0.2 ms of its p2pd each), and a node registered a lane for each candidate before dialling it: a neighbour's
+    hearsay of made-up ids cost 12 id changes a second, without end. A candidate is now told its lane and gets it
+    registered once it answers."""
+    from hivemind.p2p import PeerID
+
+    from swarm_node.net.lanes import LANE_INFIX
+
+    v = HivemindTransport(SwarmConfig(run_id="made-up", host_maddrs=LOCAL), "m", "tok")
+    v.start()
+    try:
+        changes, made_up = [], [PeerID(b"\x00\x24\x08\x01\x12\x20" + os.urandom(32)).to_base58() for _ in range(16)]
+        add = v._p2p.add_binary_stream_handler
+
+        async def counted(proto, handler, *args, **kwargs):
+            changes.append(proto)
+            return await add(proto, handler, *args, **kwargs)
+
+        async def hearsay():  # what a neighbour's peer exchange would tell: ids at a closed port
+            v._p2p.add_binary_stream_handler = counted
+            v._push.mesh.learn([(p, [f"/ip4/127.0.0.1/tcp/9/p2p/{p}"]) for p in made_up], hearsay=True)
+        v._run(hearsay(), 10)
+
+        async def dialled() -> int:
+            return sum(1 for p in made_up if v._push.mesh.failures[p])
+        t_end = time.monotonic() + 20
+        while v._run(dialled(), 10) < 8 and time.monotonic() < t_end:
+            time.sleep(0.2)
+        assert v._run(dialled(), 10) >= 8  # they were dialled, and failed
+        assert not [c for c in changes if LANE_INFIX in c] and not v._push.lanes.open
+    finally:
+        v.close()

@@ -37,17 +37,25 @@ class Writer:
         self.closed = True
 
 
-def make(daemon: Daemon, served: list, misused: list | None = None) -> Lanes:
+class Clock:
+    t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(daemon: Daemon, served: list, misused: list | None = None, clock: Clock | None = None) -> Lanes:
     async def serve(info, reader, writer):
         served.append(str(info.peer_id))
     kinds = {"announce": Kind(ANNOUNCE, serve), "fetch": Kind(FETCH, serve)}
-    return Lanes(daemon, kinds, secret=b"s" * 32, misused=(misused if misused is not None else []).append)
+    return Lanes(daemon, kinds, secret=b"s" * 32, misused=(misused if misused is not None else []).append,
+                 clock=clock or Clock())
 
 
 def test_a_lane_is_registered_for_its_peer_alone_and_goes_with_it():
     async def main():
-        daemon, served, misused = Daemon(), [], []
-        lanes = make(daemon, served, misused)
+        daemon, served, misused, clock = Daemon(), [], [], Clock()
+        lanes = make(daemon, served, misused, clock)
         await lanes.listen()
         assert set(daemon.handlers) == {*ANNOUNCE, *FETCH}
         field = await lanes.give("QmH")
@@ -61,8 +69,14 @@ def test_a_lane_is_registered_for_its_peer_alone_and_goes_with_it():
         await handler(SimpleNamespace(peer_id="QmH"), None, Writer())
         assert served == ["QmH"]
         lanes.heard("QmH", {"lane": "0f" * 16})
+        await lanes.keep(lambda: {"QmOther"})  # no neighbour now: its lane for us is forgotten, ours lingers
+        assert "QmH" not in lanes.theirs and len(lanes.open["QmH"]) == 2
+        clock.t += lanes_module.LANE_LINGER_S - 1
         await lanes.keep(lambda: {"QmOther"})
-        assert "QmH" not in lanes.open and "QmH" not in lanes.theirs and set(daemon.handlers) == {*ANNOUNCE, *FETCH}
+        assert len(lanes.open["QmH"]) == 2
+        clock.t += 1
+        await lanes.keep(lambda: {"QmOther"})
+        assert "QmH" not in lanes.open and set(daemon.handlers) == {*ANNOUNCE, *FETCH}
     asyncio.run(main())
 
 
@@ -70,8 +84,8 @@ def test_a_lane_that_fails_half_way_is_completed_next_time_and_one_told_meanwhil
     """Reviewer's finds: a registration or removal that failed half-way left ids p2pd held and we did not know
     of ("already set" for ever after); and a peer admitted while `keep` ran lost the lane it had just been told."""
     async def main():
-        daemon = Daemon(fail_on=FETCH[0] + LANE_INFIX)
-        lanes = make(daemon, [])
+        daemon, clock = Daemon(fail_on=FETCH[0] + LANE_INFIX), Clock()
+        lanes = make(daemon, [], clock=clock)
         with pytest.raises(RuntimeError):
             await lanes.give("QmH")
         assert list(daemon.handlers) == lanes.open["QmH"]  # what p2pd holds, and no more
@@ -81,6 +95,8 @@ def test_a_lane_that_fails_half_way_is_completed_next_time_and_one_told_meanwhil
         looks = iter([set(), {"QmH"}])  # admitted after keep's first look
         await lanes.keep(lambda: next(looks, {"QmH"}))
         assert len(lanes.open["QmH"]) == 2 and len(daemon.handlers) == 2
+        await lanes.keep(set)
+        clock.t += lanes_module.LANE_LINGER_S
         await lanes.keep(set)
         assert lanes.open == {} and daemon.handlers == {}
     asyncio.run(main())
@@ -188,4 +204,35 @@ def test_a_graylisted_id_on_anothers_lane_is_not_counted_again():
         for _ in range(500):
             d._misused("QmX")
         assert d.limiter.graylisted("QmX") and d.limiter.graylisted_total == 1
+    asyncio.run(main())
+
+
+def test_new_lanes_are_budgeted_and_one_that_comes_back_within_the_linger_changes_nothing():
+    """Red team 24: every id registered or removed is an identify push to every connected peer; candidates made up
+    by hearsay and ids that join and leave in turn made 12 changes a second. New lanes now come at LANE_RATE a
+    second after a burst of LANE_BURST, and a peer back within LANE_LINGER_S finds its lane still there."""
+    async def main():
+        daemon, clock = Daemon(), Clock()
+        lanes = make(daemon, [], clock=clock)
+        burst = int(lanes_module.LANE_BURST)
+        for i in range(burst):
+            assert (await lanes.give(f"Qm{i}"))["lane"] == lanes.token(f"Qm{i}")
+        assert await lanes.give("QmLate") == {} and lanes.want("QmLate") == {}  # past the budget: the public ids
+        assert len(daemon.handlers) == 2 * burst and "QmLate" not in lanes.open
+        assert (await lanes.give("Qm0"))["lane"]  # one that holds a lane keeps it free of charge
+        clock.t += 1 / lanes_module.LANE_RATE
+        assert lanes.want("QmLate") == {"lane": lanes.token("QmLate")}
+        await asyncio.gather(*lanes.tasks)
+        assert len(lanes.open["QmLate"]) == 2 and len(daemon.handlers) == 2 * (burst + 1)
+        changes = len(daemon.handlers)
+        await lanes.keep(lambda: {"QmLate"})  # the first burst leaves ...
+        clock.t += lanes_module.LANE_LINGER_S / 2
+        await lanes.keep(lambda: {"QmLate", "Qm0"})  # ... and Qm0 comes back: nothing changed in p2pd
+        assert await lanes.give("Qm0") and len(daemon.handlers) == changes
+        clock.t += lanes_module.LANE_LINGER_S / 2
+        await lanes.keep(lambda: {"QmLate", "Qm0"})
+        assert set(lanes.open) == {"QmLate", "Qm0"} and len(daemon.handlers) == 4  # the others' lanes are gone
+        lanes.close_soon("Qm0")  # graylisted: at once, no linger
+        await asyncio.gather(*lanes.tasks)
+        assert set(lanes.open) == {"QmLate"}
     asyncio.run(main())

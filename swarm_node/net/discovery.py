@@ -342,8 +342,10 @@ class PushDiscovery:
         remote address of the connection it came over (what the per-subnet limit reads, `scores.crowded`).
         Raises OldVersion if it does not speak discovery v2, anything else if unreachable."""
         pid = PeerID.from_base58(peer)
-        try:
-            announcement = announcement if announcement.get("leaving") else {**announcement, **await self.lanes.give(peer)}
+        try:  # a candidate is told its lane, registered once it answers ok (`want`): dials to made-up ones cost p2pd
+            #     nothing then (each id changed is an identify push to every connected peer: red team 24)
+            announcement = announcement if announcement.get("leaving") else {**announcement, **(
+                await self.lanes.give(peer) if peer in self.mesh.neighbors else {"lane": self.lanes.token(peer)})}
         except Exception as e:  # p2pd refused the lane: the peer reaches us on the public ids
             logger.debug("no lane for %s: %r", peer, e)
         protos = self.lanes.protocols(peer, "announce")
@@ -365,7 +367,10 @@ class PushDiscovery:
             finally:
                 writer.close()
             self._count(sent, received, "announces_sent")
-            self.lanes.heard(peer, reply if isinstance(reply, dict) and reply.get("status") == STATUS_OK else {})
+            ok = isinstance(reply, dict) and reply.get("status") == STATUS_OK
+            self.lanes.heard(peer, reply if ok else {})
+            if ok and not announcement.get("leaving"):
+                self.lanes.want(peer)  # our neighbour now, unless we are full: `keep` then drops the lane
             return reply, str(info.addr)
 
         try:

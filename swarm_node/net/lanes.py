@@ -8,8 +8,11 @@ node's rounds even after it was graylisted. So the node registers as little as i
     lane    each neighbour reaches us on ids of its own, <public id> + "/lane/" + 32 hex digits (an HMAC
             of its peer id under a key derived from our identity key: the same after a restart) for
             announcements and fetches, which we tell it in the announcements we send it (field `lane`) and
-            keep registered in p2pd while it is our neighbour; a neighbour that loses its slot (idle,
-            graylisted, gone) loses its lane within a second, so its streams then die in p2pd. The ids are
+            keep registered in p2pd while it is our neighbour and LANE_LINGER_S after (a graylisted one loses it
+            at once, so its streams then die in p2pd). Each id registered or removed is an identify push from
+            p2pd to every connected peer (~0.2 ms of our p2pd per peer, red team 24): a candidate we dial is
+            told its lane but gets it registered only once it answers `ok`, and new lanes are budgeted
+            (LANE_RATE a second, LANE_BURST at once; beyond, the peer uses the public ids). The ids are
             not secret (libp2p identify lists every registered id to every connected peer, red team 21): a
             stream on a lane from any other id is closed unread and counts as that id's misbehaviour, but
             it costs what any registered id's stream costs, so a flooder that reads identify and floods a
@@ -30,10 +33,12 @@ import hashlib
 import hmac
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from swarm_node.net.scores import TokenBucket
 from swarm_node.net.shield import Shield
 
 logger = logging.getLogger(__name__)
@@ -43,6 +48,10 @@ LANE_HEX = 32  # hex digits of a lane token (an id, not a secret: identify shows
 SHIELD_TRIGGER = 200  # streams on the public ids within SHIELD_WINDOW_S that raise the shield (served or not:
 SHIELD_WINDOW_S = 2.0  # a stranger's few a second and a neighbour's before it learns its lane stay far below)
 MAX_THEIRS = 256  # peers whose lane for us we remember (our neighbours and the candidates we dial)
+# new lanes a second and at once (a node dials D + 2 at its start): made-up candidates and ids that join and leave in
+# turn made 12 id changes a second, 0.1 core of p2pd with 48 peers connected (red team 24); beyond, the public ids
+LANE_RATE, LANE_BURST = 0.5, 8.0
+LANE_LINGER_S = 30.0  # a lane outlives its peer's slot this long (one that leaves and comes back changes nothing)
 
 Handler = Callable[[object, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]  # (stream info, r, w)
 
@@ -75,12 +84,14 @@ class Lanes:
     neighbour's lanes; and the lanes peers gave us. Runs on the transport's loop."""
 
     def __init__(self, p2p, kinds: dict[str, Kind], secret: bytes | None = None,
-                 misused: Callable[[str], None] = lambda sender: None):
+                 misused: Callable[[str], None] = lambda sender: None, clock: Callable[[], float] = time.monotonic):
         self.p2p, self.kinds, self.misused = p2p, kinds, misused  # misused(sender): it opened another's lane
         # tokens stable across restarts when `secret` is (our identity key): a restarted node's neighbours still
         # know its lanes, and it theirs as soon as it dials them
         self.secret = hashlib.sha256(b"swarm-node lanes\0" + secret).digest() if secret else os.urandom(32)
         self.open: dict[str, list[str]] = {}  # peer -> the lane ids registered for it
+        self.unwanted: dict[str, float] = {}  # peer -> since when it holds a lane it is no neighbour for
+        self.budget, self.clock = TokenBucket(LANE_RATE, LANE_BURST, clock), clock  # new lanes
         self.theirs: OrderedDict[str, str] = OrderedDict()  # peer -> the lane token it gave us
         self.lock = asyncio.Lock()  # one p2pd handler change at a time (registering an id twice fails)
         self.public: set[str] = set()  # the public ids registered now (none while the shield is up)
@@ -95,8 +106,10 @@ class Lanes:
 
     async def give(self, peer: str) -> dict:
         """The field that tells `peer` its lane, once its ids are registered (`open` follows p2pd id by id, so a
-        registration that failed half-way is completed next time, never registered twice)."""
+        registration that failed half-way is completed next time, never registered twice); {} past the budget."""
         async with self.lock:
+            if peer not in self.open and not self.budget.take():
+                return {}
             ids, token = self.open.setdefault(peer, []), self.token(peer)
             for kind in self.kinds.values():
                 if kind.ids[0] + LANE_INFIX + token not in ids:
@@ -108,6 +121,9 @@ class Lanes:
     def want(self, peer: str) -> dict:
         """= give, registering in the background (a peer that uses the lane before then falls back to the public ids)."""
         if peer not in self.open:
+            if not self.budget.take():
+                return {}
+            self.open[peer] = []  # paid for: give registers its ids
             self._soon(self.give, peer)
         return {"lane": self.token(peer)}
 
@@ -122,12 +138,16 @@ class Lanes:
         task.add_done_callback(self.tasks.discard)
 
     async def keep(self, wanted: Callable[[], set[str]]) -> None:
-        """Unregister the lanes of everyone not in `wanted()` (read again under the lock: a peer admitted meanwhile
-        keeps the lane it was just told), and forget theirs."""
-        for peer in [p for p in self.theirs if p not in wanted()]:
+        """Forget the lanes of everyone not in `wanted()`, and unregister ours for them LANE_LINGER_S later (read
+        again under the lock: a peer admitted meanwhile keeps the lane it was just told)."""
+        now, want = self.clock(), wanted()
+        for peer in [p for p in self.theirs if p not in want]:
             del self.theirs[peer]
-        for peer in [p for p in self.open if p not in wanted()]:
-            await self.close(peer, unless=lambda p: p in wanted())
+        for peer in [p for p in self.unwanted if p in want or p not in self.open]:
+            del self.unwanted[peer]
+        for peer in [p for p in self.open if p not in want]:
+            if now - self.unwanted.setdefault(peer, now) >= LANE_LINGER_S:
+                await self.close(peer, unless=lambda p: p in wanted())
 
     def close_soon(self, peer: str) -> None:
         """= close, in the background (a graylisting: its streams die in p2pd from now on)."""
@@ -145,6 +165,7 @@ class Lanes:
                 await self.p2p.remove_binary_stream_handler(ids[-1])
                 ids.pop()
             self.open.pop(peer, None)
+            self.unwanted.pop(peer, None)
 
     def heard(self, peer: str, obj: dict) -> None:
         """Remember the lane a neighbour gave us in an `ok` frame, or forget it (a frame without one: it keeps none
