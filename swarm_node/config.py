@@ -64,7 +64,7 @@ class LossConfig:
     check_certain_claims: bool = False
     """Treat a completion of >= 2 tokens whose claimed generator log-probs are all exactly 0 (certain at T = 1, which no sampler claims) as on-policy."""
     peer_negative_weight: float = 0.0
-    """Weight of a negative-advantage sample from a peer outside swarm.trusted_peers: 0 = such a peer can only teach what this node verified correct, never push down what it does (default); 1 = the paper's F-TIS for every peer."""
+    """Weight of a negative-advantage sample from a peer outside swarm.trusted_peers, and of its rows in the baseline of this node's own rows of a merged (horizontal) group: 0 = such a peer can only teach what this node verified correct, never push down what it does (default); 1 = the paper's F-TIS for every peer."""
     peer_max_advantage: float | None = 1.0
     """Cap on the advantage of a sample from a peer outside swarm.trusted_peers (None = uncapped, the paper's): one correct completion among G - 1 wrong ones gets sqrt(G - 1) (3.3 at G = 12), the largest push a sample can carry, and a peer picks which groups it sends that way; 1.0 is what a half-correct group gives its positives."""
     peer_plausibility_margin: float | None = 1.0

@@ -433,6 +433,31 @@ def test_teach_only_scales_only_untrusted_negatives():
         LossConfig(peer_negative_weight=1.5)
 
 
+def test_an_untrusted_peers_rows_set_no_baseline_of_ours_in_a_merged_group():
+    """Red team 25: horizontal mode merges a peer's group into ours per prompt; its correct rows (even ones too
+    implausible to train) made each of our wrong completions ~-1 and cost 6.7 points held out."""
+    from swarm_node.train.loss import peer_baseline_advantages
+
+    rewards = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])  # [9] prompt 0: 4 own + 3 peer; prompt 1: 2 own
+    group = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 1])
+    untrusted = torch.tensor([False] * 4 + [True] * 3 + [False] * 2)
+    merged = group_advantages(rewards, group)
+    assert merged[:4].sum() < -1  # the paper's merged group: the peer's positives push our rows down
+    a = peer_baseline_advantages(rewards, group, untrusted, 0.0)
+    torch.testing.assert_close(a[:4], group_advantages(rewards[:4], group[:4]))  # ours among ours: they sum to 0
+    assert abs(float(a[:4].sum())) < 1e-6
+    torch.testing.assert_close(a[4:7], merged[4:7])  # the peer's rows: measured against the whole group
+    torch.testing.assert_close(a[7:], merged[7:])  # a group with no peer row: unchanged
+    torch.testing.assert_close(peer_baseline_advantages(rewards, group, untrusted, 1.0), merged)  # the paper's
+    half = peer_baseline_advantages(rewards, group, untrusted, 0.5)
+    torch.testing.assert_close(half[:4], (merged[:4] + a[:4]) / 2)
+    vertical = torch.tensor([0, 0, 0, 0, 1, 1, 1, 2, 2])  # a peer's group apart: unchanged at any weight
+    torch.testing.assert_close(peer_baseline_advantages(rewards, vertical, untrusted, 0.0),
+                               group_advantages(rewards, vertical))
+    with pytest.raises(ValueError, match="untrusted must be"):
+        peer_baseline_advantages(rewards, group, untrusted[:2], 0.0)
+
+
 def test_implausible_flags_sequences_whose_mean_logprob_is_below_the_floor():
     from swarm_node.train.loss import implausible
 

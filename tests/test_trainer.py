@@ -159,6 +159,28 @@ def test_an_untrusted_peers_negatives_carry_no_gradient_unless_configured(arith)
     assert kept[:4].tolist() == adv[:4].tolist() and (kept[4:] >= 0).all() and (kept[4:] == adv[4:].clamp(min=0)).all()
 
 
+def test_an_untrusted_peers_rows_in_a_merged_group_push_none_of_ours(arith):
+    """Horizontal mode merges a peer's completions into our group for the prompt. Its correct rows raised the
+    group's mean, so each of our wrong completions got ~-1 and was pushed down (red team 25: -6.7 points held
+    out, with rows too implausible to train); now our rows are measured among ours (the paper's with weight 1)."""
+    from swarm_node.wire.codec import Group
+
+    def active_frac(weight):
+        cfg = NodeConfig()
+        cfg.train.lr, cfg.loss.peer_negative_weight = 1e-3, weight
+        policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
+        own, peer = _groups_with_signal(policy, arith)
+        for c in own.completions:
+            c.reward = 0.0  # all of ours wrong: no signal of our own
+        for c in peer.completions:
+            c.reward = 1.0  # all of the peer's right
+        merged = Group(own.task, own.example_id, own.prompt_tokens, own.completions + peer.completions)
+        return _trainer(policy, cfg).step(_batch(policy, [merged], [False] * 4 + [True] * 4))["train/active_frac"]
+
+    assert active_frac(0.0) == 4 / 8  # the peer's positives run; our completions carry no push
+    assert active_frac(1.0) == 1.0  # the paper's merged group: ours pushed down
+
+
 def test_an_untrusted_peers_implausible_positives_teach_nothing(arith):
     """A positive the node would never write (mean per-token log-prob far below its own samples':
     a random tiny model gives any token about -log(vocab), its own samples claim -0.1 here) is

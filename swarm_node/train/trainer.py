@@ -1,7 +1,7 @@
 r"""Trainer: one optimizer step of the F-TIS objective over a round's TrainBatch (batch.py).
 
 The batch is every completion of every group (own and peers'). Advantages are computed per
-group (`loss.group_advantages`), then sequences are processed in micro-batches whose losses are
+group (`loss.peer_baseline_advantages`: an untrusted peer's rows set no baseline of ours), then sequences are processed in micro-batches whose losses are
 weighted by their share of the batch, so the accumulated gradient equals the gradient of the
 paper's objective over the whole batch: -(1/B) sum_i (1/|a_i|) sum_t term_it.
 
@@ -35,7 +35,7 @@ from torch import Tensor
 from swarm_node import metrics as M
 from swarm_node.config import LossConfig, TrainConfig
 from swarm_node.train.batch import TrainBatch
-from swarm_node.train.loss import LOG_CLAMP, group_advantages, implausible, policy_loss, teach_only
+from swarm_node.train.loss import LOG_CLAMP, implausible, peer_baseline_advantages, policy_loss, teach_only
 from swarm_node.train.policy import Policy
 
 NO_BAR = (math.inf, math.inf)  # _plausibility_floors: no sample of ours yet to set the bar by
@@ -93,7 +93,8 @@ class Trainer:
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step on all rows of `batch`; returns the loss stats."""
         start = time.perf_counter()
-        advantages = group_advantages(batch.rewards, batch.group)  # [N]
+        advantages = peer_baseline_advantages(batch.rewards, batch.group, batch.untrusted,
+                                              self.loss.peer_negative_weight)  # [N]
         peer_negatives = float(((advantages < 0) & batch.untrusted).float().mean()) if len(batch) else 0.0
         advantages = teach_only(advantages, batch.untrusted, self.loss.peer_negative_weight,
                                 self.loss.peer_max_advantage)  # [N]
