@@ -188,3 +188,35 @@ def test_a_completion_whose_canonical_form_is_longer_is_cut_not_the_packet_refus
     assert len(got[0].tokens) == 4 and got[0].tokens.tolist() == scorer.canonical(sampled)[:4]
     assert got[0].reward == 0.0 and got[1].reward == 1.0
     assert admission.take_stats()["swarm/completions_retokenized"] == 1
+
+
+def test_a_completion_whose_text_is_far_longer_than_its_ids_is_refused_before_it_is_re_spelled(tiny_qwen):
+    """Red team 25: re-spelling and scoring cost what the text's length costs, and Qwen2.5's id 56940 decodes to
+    128 spaces: a packet of such ids cost 25x a benign one of the same bytes. Text over MAX_CHARS_PER_TOKEN
+    characters per token of the length limit is refused (as too_long) before any encoding."""
+    from swarm_node.net import Received
+    from swarm_node.swarm import Rejected
+    from swarm_node.swarm.admit import MAX_CHARS_PER_TOKEN, Admission, Expectations
+    from swarm_node.tasks import load_task
+    from swarm_node.wire.codec import Completion, Group, Packet, encode, tokenizer_fingerprint
+
+    task = load_task("arith")
+    scorer = tiny_qwen.scorer(task)
+    ex, limit = task.split("train")[5], 16
+    wide = [56940] * 8 + tiny_qwen.encode(f"#### {ex.answer}")  # 1,024 spaces, then the right answer
+    assert len(scorer.decode(wide)) > MAX_CHARS_PER_TOKEN * limit >= len(wide)
+    fingerprint = tokenizer_fingerprint(tiny_qwen.tokenizer)
+    expect = Expectations(run_id="run", tokenizer=fingerprint, staleness=2, max_tokens=limit, group_size=2)
+
+    def admit(ids):
+        completions = [Completion(np.asarray(x, np.uint32), np.full(len(x), -0.1, np.float32), "stop", 0.0)
+                       for x in (ids, tiny_qwen.encode("#### 0"))]
+        group = Group(task.name, ex.id, np.asarray(scorer.prompt_tokens(ex), np.uint32), completions)
+        data = encode(Packet(run_id="run", sender="QmPeer", model_id="m", tokenizer=fingerprint, policy_version=0,
+                             round=1, mode="vertical", groups=[group]))
+        return Admission(expect, scorer).check(Received(peer_id="QmPeer", round=1, digest="", data=data), 1)
+
+    with pytest.raises(Rejected) as refused:
+        admit(wide)
+    assert refused.value.reason == "too_long" and "characters" in str(refused.value)
+    assert admit(tiny_qwen.encode(f"so it is\n#### {ex.answer}")).groups[0].completions[0].reward == 1.0

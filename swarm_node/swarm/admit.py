@@ -72,6 +72,10 @@ from swarm_node.wire.schedule import schedule_key, scheduled_indices
 
 MAX_OWN_GROUPS = 8192  # content hashes of our offered groups remembered, the newest (two per group in an open swarm)
 MAX_SCHEDULES = 1024  # (sender, round) schedules remembered
+# characters a completion's text may have per token of the length limit (ordinary text has ~4): re-spelling and
+# scoring cost what the text's length costs, and one Qwen2.5 id decodes to 128 spaces, so a packet of such ids cost
+# 25x a benign one of the same bytes, ~1.3 s of the node's main thread a round per hostile id (red team 25)
+MAX_CHARS_PER_TOKEN = 8
 
 
 class _Everything:
@@ -288,9 +292,15 @@ class Admission:
         self._check_length(group)
 
     def _check_length(self, group) -> None:
+        """At most the run's `max_new_tokens` tokens, and MAX_CHARS_PER_TOKEN characters per token of that limit
+        once decoded (measured before any encoding: decoding is ~40x cheaper per character)."""
         limit = self.expect.max_tokens
         if limit is not None and any(len(c.tokens) > limit for c in group.completions):
             raise Rejected("too_long", f"a completion of {group.example_id} is longer than {limit} tokens")
+        if limit is not None and any(len(self.scorer.decode(c.tokens)) > MAX_CHARS_PER_TOKEN * limit
+                                     for c in group.completions):
+            raise Rejected("too_long", f"a completion of {group.example_id} decodes to more than "
+                                       f"{MAX_CHARS_PER_TOKEN * limit} characters")
 
     def _canonical(self, group):
         """`group` with every completion's ids in our tokenizer's spelling (a copy; for hashing)."""
