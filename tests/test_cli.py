@@ -56,8 +56,8 @@ def test_a_bug_shows_its_traceback_and_a_user_error_does_not(tmp_path):
     """Only user-caused errors (SwarmNodeError) become one `error:` line; a programmer error, here a
     shape mismatch planted in the trainer (the loss raises ValueError for it, which the CLI used to
     swallow as a user error), must reach the user with its full traceback."""
-    planted = ("import sys, torch, swarm_node.train.trainer as t\n"
-               "t.Trainer.step = lambda self, groups, untrusted=None: t.group_advantages(torch.zeros(2), torch.zeros(3))\n"
+    planted = ("import sys, torch, swarm_node.train.loss as loss, swarm_node.train.trainer as t\n"
+               "t.Trainer.step = lambda self, groups, untrusted=None: loss.group_advantages(torch.zeros(2), torch.zeros(3))\n"
                "from swarm_node.commands.cli import app\n"
                "sys.argv = ['swarm-node'] + sys.argv[1:]\n"
                "app()\n")
