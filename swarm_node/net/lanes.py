@@ -119,7 +119,8 @@ class Lanes:
         return {"lane": token}
 
     def want(self, peer: str) -> dict:
-        """= give, registering in the background (a peer that uses the lane before then falls back to the public ids)."""
+        """= give, registering in the background (a peer that uses the lane before then falls back to the public ids);
+        {} past the budget."""
         if peer not in self.open:
             if not self.budget.take():
                 return {}

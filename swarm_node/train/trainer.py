@@ -1,9 +1,10 @@
 r"""Trainer: one optimizer step of the F-TIS objective over a round's TrainBatch (batch.py).
 
 The batch is every completion of every group (own and peers'). Advantages are computed per
-group (`loss.peer_baseline_advantages`: an untrusted peer's rows set no baseline of ours), then sequences are processed in micro-batches whose losses are
-weighted by their share of the batch, so the accumulated gradient equals the gradient of the
-paper's objective over the whole batch: -(1/B) sum_i (1/|a_i|) sum_t term_it.
+group (`loss.peer_baseline_advantages`: an untrusted peer's rows set no baseline of ours), then
+sequences are processed in micro-batches whose losses are weighted by their share of the batch,
+so the accumulated gradient equals the gradient of the paper's objective over the whole batch:
+-(1/B) sum_i (1/|a_i|) sum_t term_it.
 
 Sequences whose advantage is exactly zero (groups where every completion got the same reward)
 contribute exactly zero loss and gradient under every variant, so they are not run through the
