@@ -144,7 +144,7 @@ class Lanes:
         now, want = self.clock(), wanted()
         for peer in [p for p in self.theirs if p not in want]:
             del self.theirs[peer]
-        for peer in [p for p in self.unwanted if p in want or p not in self.open]:
+        for peer in [p for p in self.unwanted if p in want]:  # back in time (close forgets the rest)
             del self.unwanted[peer]
         for peer in [p for p in self.open if p not in want]:
             if now - self.unwanted.setdefault(peer, now) >= LANE_LINGER_S:
