@@ -1,4 +1,4 @@
-"""Command line: `swarm-node train | join | relay | peers | eval | config | doctor | demo | plot | protocol | models` (typer).
+"""Command line: `swarm-node train | join | relay | firewall | peers | eval | config | doctor | demo | plot | protocol | models` (typer).
 
 Every command builds a `NodeConfig` the same way: YAML file (optional) -> named flags ->
 `--set section.key=value` overrides, validated once. A flag's help text is its config field's
@@ -163,6 +163,32 @@ def relay(peers: Annotated[Optional[list[str]], _opt("swarm.peers")] = None,
         from swarm_node.status import StatusFile
 
         run_relay(cfg.swarm, seconds, StatusFile(cfg.out, "relay", 0) if out else None)
+
+
+@app.command()
+def firewall(port: Annotated[int, typer.Option(help="The node's TCP port (run the node with --port N).")],
+             rate: Annotated[int, typer.Option(help="New connections a second allowed per IPv4 address or IPv6 /64.")] = 10,
+             burst: Annotated[int, typer.Option(help="New connections allowed at once above the rate.")] = 40,
+             remove: Annotated[bool, typer.Option("--remove", help="Delete the limit instead.")] = False,
+             print_only: Annotated[bool, typer.Option("--print", help="Print the nftables script; change nothing.")] = False):
+    """Limit new connections to the node's port per source address, in the kernel (nftables, root): each one costs
+    the node a signed handshake, and nothing above the socket can refuse them (net/firewall.py)."""
+    with user_errors():
+        from swarm_node.net import firewall as fw
+
+        try:
+            script = fw.ruleset(port, rate, burst)
+        except ValueError as e:
+            raise SwarmNodeError(str(e)) from None
+        if print_only:
+            typer.echo(script, nl=False)
+        elif remove:
+            fw.remove(port)
+            typer.echo(f"removed the connection limit of port {port}")
+        else:
+            fw.apply(port, rate, burst)
+            typer.echo(f"port {port}: at most {rate} new connections a second per source (burst {burst}); nftables "
+                       f"table inet {fw.table_name(port)}; undo with: swarm-node firewall --port {port} --remove")
 
 
 @app.command("eval")

@@ -22,6 +22,8 @@
     discovery.py     hivemind DHT: membership records (v2), the v1 single-key records, validators
     reach.py         reachability: the dial-back check, p2pd options per mode, the status line (no hivemind)
     daemon.py        start p2pd so peers can reach it: public, or private behind a circuit relay
+    firewall.py      a per-source limit on new connections to the node's port, in the kernel (nftables;
+                     `swarm-node firewall`): p2pd signs a handshake for each, and cannot refuse them
     hivemind.py      HivemindTransport: push announcements + libp2p stream pull (v1 selectable)
     hivemind_internals.py  every use of a hivemind private attribute, fenced in one place
     hivemind_hardening.py  hivemind's readers of a peer's bytes, bounded (patched before p2pd starts)
