@@ -44,7 +44,7 @@ GUARD_VOUCHED = "guard/vouched_peers"
 TRAIN_GROUPS, TRAIN_SEQUENCES, TRAIN_ACTIVE_FRAC = "train/groups", "train/sequences", "train/active_frac"
 TRAIN_GRAD_NORM, TRAIN_POLICY_VERSION = "train/grad_norm", "train/policy_version"
 TRAIN_PEER_NEGATIVES = "train/peer_negatives_frac"  # share of the step's sequences: an untrusted peer's A_i < 0
-TRAIN_PEER_IMPLAUSIBLE = "train/peer_implausible_frac"  # share: an untrusted peer's A_i > 0, too unlikely under us
+TRAIN_PEER_IMPLAUSIBLE = "train/peer_implausible_frac"  # share: an untrusted peer's A_i > 0, too unlikely under us or too long
 PEERS, PEER_GROUPS_USED = "swarm/peers", "swarm/peer_groups_used"  # peers whose offers the round's collect read
 #   (neighbours; while starving also the knockers on trial, so it rises then); groups from peers in the step
 PACKETS_RECEIVED, PACKETS_ACCEPTED, PACKETS_REJECTED = (

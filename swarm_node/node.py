@@ -116,6 +116,7 @@ def build(cfg: NodeConfig, resume: bool, connect: Callable[[str, str], Transport
         parts.first, parts.trainer.policy_version = state["round"] + 1, state["policy_version"]
         if state.get("plausibility_floors"):  # the anchor stays where the run began, not where it resumed
             parts.trainer.first_floors = tuple(state["plausibility_floors"])
+        parts.trainer.first_length = state.get("length_bound")  # absent before session 36: anchored anew
         log.info("resumed from %s: next round %d", checkpoint, parts.first)
     if connect is not None:
         fingerprint = tokenizer_fingerprint(policy.tokenizer)
@@ -308,7 +309,8 @@ def run(cfg: NodeConfig, resume: bool = False, connect: Callable[[str, str], Tra
             if r > 0 and _due(r, cfg.train.checkpoint_every, last):
                 save_checkpoint(out, policy, trainer.optimizer, {"round": r, "policy_version": trainer.policy_version,
                                                                   "base_model": p.base,
-                                                                  "plausibility_floors": trainer.first_floors}, cfg,
+                                                                  "plausibility_floors": trainer.first_floors,
+                                                                  "length_bound": trainer.first_length}, cfg,
                                 extras={"guard": guard.state_dict()} if guard is not None else None)
         if cfg.task.ood_task:
             rows.append(evaluate_ood(cfg, sampler, policy, metrics))

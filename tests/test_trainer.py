@@ -278,3 +278,35 @@ def test_a_step_without_own_samples_judges_peers_by_the_latest_bar():
     stats = trainer.step(peers_only)
     assert peers_only.rewards[5] == 1 and trainer.implausible[5]  # the peer's junk positive is judged, and dropped
     assert stats["train/peer_implausible_frac"] > 0
+
+
+def test_an_untrusted_peers_positives_longer_than_our_longest_correct_teach_nothing():
+    """Correct completions padded past anything the node writes correctly teach it to write longer, which
+    no accuracy check sees (red team 27); one of our own length still teaches, and a trusted peer's or the
+    paper's F-TIS (no plausibility check) is not bounded. The bound is anchored: no ratchet."""
+    def step(margin, untrusted=(False,) * 4 + (True,) * 4):
+        cfg = NodeConfig()
+        cfg.train.lr, cfg.loss.peer_plausibility_margin = 1e-3, margin
+        policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
+        groups = _groups_with_signal(policy, arith_task())  # rows 1 and 3 of each group are correct
+        ours = max(len(c.tokens) for c in groups[0].completions if c.reward > 0)
+        padded = np.concatenate([groups[0].completions[1].tokens[:ours]] * 2)[:ours + 2]
+        peer = groups[1].completions
+        peer[1].tokens, peer[3].tokens = padded, groups[0].completions[1].tokens[:ours]
+        for c in peer:
+            c.logprobs = np.full(len(c.tokens), -0.1, np.float32)
+        trainer = _trainer(policy, cfg)
+        trainer.step(_batch(policy, groups, None if untrusted is None else list(untrusted)))
+        return trainer.implausible.tolist()
+
+    assert step(1e9) == [False] * 5 + [True, False, False]  # floors that pass anything: the length alone
+    assert not any(step(None)) and not any(step(1e9, untrusted=None))
+
+    cfg = NodeConfig()
+    cfg.train.lr = 1e-3
+    trainer = _trainer(Policy.load(ModelConfig(name="tiny-s", init_seed=7)), cfg)
+    groups = _groups_with_signal(trainer.policy, arith_task())
+    first = trainer._length_bound(_batch(trainer.policy, groups, [False] * 4 + [True] * 4))
+    for c in groups[0].completions:  # our own correct completions got three times longer
+        c.tokens = np.concatenate([c.tokens] * 3)
+    assert trainer._length_bound(_batch(trainer.policy, groups, [False] * 4 + [True] * 4)) == 1.5 * first

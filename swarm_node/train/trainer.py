@@ -40,6 +40,7 @@ from swarm_node.train.loss import LOG_CLAMP, implausible, peer_baseline_advantag
 from swarm_node.train.policy import Policy
 
 NO_BAR = (math.inf, math.inf)  # _plausibility_floors: no sample of ours yet to set the bar by
+LENGTH_SLACK = 1.5  # _length_bound: at most this times the bound at the node's first step
 
 
 def loss_settings(cfg: LossConfig) -> dict:
@@ -89,6 +90,8 @@ class Trainer:
         self.policy_version = 0
         self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
         self.last_floors: tuple[float, float] | None = None  # the latest step's (a step without own samples uses them)
+        self.first_length: float | None = None  # _length_bound's anchor (first step)
+        self.last_length = math.inf  # the latest step's (a step without own samples uses it)
         self.implausible = torch.zeros(0, dtype=torch.bool)  # [N] last step: untrusted positives found implausible
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
@@ -102,9 +105,11 @@ class Trainer:
         floors = self._plausibility_floors(batch)
         if floors == NO_BAR:  # no sample of ours yet to judge a peer's by: its positives teach nothing this step
             advantages, floors = torch.where(batch.untrusted, torch.zeros_like(advantages), advantages), None  # [N]
+        too_long = batch.untrusted & (batch.rewards > 0) & (batch.lengths > self._length_bound(batch))  # [N]
+        advantages = torch.where(too_long, torch.zeros_like(advantages), advantages)  # [N]
         active = ((advantages != 0) & (batch.lengths > 0)).nonzero().flatten()  # [n_active] rows run through the model
         total, n_active = len(batch), len(active)
-        self.implausible = torch.zeros(total, dtype=torch.bool)  # [N]
+        self.implausible = too_long.clone()  # [N] found implausible: too long here, or by the floors below
         stats: dict[str, float] = {}
         own_diffs: list[Tensor] = []  # [k] per micro-batch: logp - gen_logp on own completion tokens
         settings = loss_settings(self.loss)
@@ -151,13 +156,34 @@ class Trainer:
         """Mark the untrusted positives of zero advantage (all-correct groups) that are implausible, so
         the mesh credit sees them too: an all-correct group teaches nothing and is never run, and a
         peer must not keep its neighbour slot with such groups of completions we would never write."""
-        unrun = (batch.untrusted & (batch.rewards > 0) & (advantages == 0) & (batch.lengths > 0)).nonzero().flatten()
+        unrun = (batch.untrusted & (batch.rewards > 0) & (advantages == 0) & (batch.lengths > 0)
+                 & ~self.implausible).nonzero().flatten()  # [n] (too long: found already)
         for s in range(0, len(unrun), self.train.micro_batch):
             idx = unrun[s:s + self.train.micro_batch]  # [b]
             mb = batch.rows(idx)
             logp = self.policy.completion_logprobs(mb.ids, mb.attention, mb.prompt_len, mb.mask, self.temperature,
                                                    self.train.logprob_chunk)  # [b, T]
             self.implausible[idx] = implausible(logp, mb.mask.to(logp.device), *floors).cpu()  # [b]
+
+    def _length_bound(self, batch: TrainBatch) -> float:
+        """The most tokens an untrusted peer's positive may have to teach this step (inf: no check): the longest
+        correct completion of ours in the step (the 95th percentile of ours if none is correct), and at most
+        LENGTH_SLACK times that bound at the node's first step. A peer's correct completions padded to the
+        completion limit are likely enough on a real model (red team 27: SmolLM2 restating the question, 21-24
+        tokens where it writes 15, passed the floors in its first steps) and teach the node to write longer,
+        which no accuracy check sees: it may teach what we write when right, not more of it. The anchor stops a
+        ratchet (positives at our own longest make our longest longer). A step without a sample of ours keeps the
+        latest step's bound."""
+        if self.loss.peer_plausibility_margin is None:
+            return math.inf
+        mine = ~batch.untrusted & (batch.lengths > 0)  # [N] own and trusted samples
+        if bool(mine.any()):
+            right = mine & (batch.rewards > 0)  # [N]
+            lengths = batch.lengths[right if bool(right.any()) else mine].float()  # [k]
+            bound = float(lengths.max() if bool(right.any()) else torch.quantile(lengths, 0.95))
+            self.first_length = self.first_length or bound
+            self.last_length = min(bound, LENGTH_SLACK * self.first_length)
+        return self.last_length
 
     def _plausibility_floors(self, batch: TrainBatch) -> tuple[float, float] | None:
         """(F_mean, F_token) of loss.implausible for this step, anchored at their first values
