@@ -69,14 +69,14 @@ def test_a_lane_is_registered_for_its_peer_alone_and_goes_with_it():
         await handler(SimpleNamespace(peer_id="QmH"), None, Writer())
         assert served == ["QmH"]
         lanes.heard("QmH", {"lane": "0f" * 16})
-        await lanes.keep(lambda: {"QmOther"})  # no neighbour now: its lane for us is forgotten, ours lingers
-        assert "QmH" not in lanes.theirs and len(lanes.open["QmH"]) == 2
+        await lanes.keep(lambda: {"QmOther"})  # no neighbour now: both lanes linger
+        assert "QmH" in lanes.theirs and len(lanes.open["QmH"]) == 2
         clock.t += lanes_module.LANE_LINGER_S - 1
         await lanes.keep(lambda: {"QmOther"})
         assert len(lanes.open["QmH"]) == 2
         clock.t += 1
         await lanes.keep(lambda: {"QmOther"})
-        assert "QmH" not in lanes.open and set(daemon.handlers) == {*ANNOUNCE, *FETCH}
+        assert "QmH" not in lanes.open and "QmH" not in lanes.theirs and set(daemon.handlers) == {*ANNOUNCE, *FETCH}
     asyncio.run(main())
 
 
@@ -235,4 +235,26 @@ def test_new_lanes_are_budgeted_and_one_that_comes_back_within_the_linger_change
         lanes.close_soon("Qm0")  # graylisted: at once, no linger
         await asyncio.gather(*lanes.tasks)
         assert set(lanes.open) == {"QmLate"}
+    asyncio.run(main())
+
+
+def test_an_anchors_saved_lane_is_tried_after_a_restart_and_a_peers_lane_outlives_its_slot_as_ours_does():
+    """A restarted node dialled its anchor on the public ids, shut by a shield, and was out for 11 s though the
+    anchor still kept its lane for it (red team 26): the saved lane is tried first; a lane a peer gave us is kept
+    LANE_LINGER_S after it stops being wanted, as the one we gave it is; junk in the saved file is ignored."""
+    async def main():
+        clock = Clock()
+        lanes = make(Daemon(), [], clock=clock)
+        lanes.remember({"QmA": "0f" * 16, "QmJunk": "X" * 32, "QmInt": 7})
+        assert lanes.protocols("QmA", "announce") == (ANNOUNCE[0] + LANE_INFIX + "0f" * 16, *ANNOUNCE)
+        assert lanes.protocols("QmJunk", "announce") == ANNOUNCE and lanes.protocols("QmInt", "fetch") == FETCH
+        lanes.heard("QmB", {"lane": "1e" * 16})
+        await lanes.keep(set)  # neither is a neighbour now
+        clock.t += lanes_module.LANE_LINGER_S - 1
+        await lanes.keep(lambda: {"QmB"})  # QmB is back: its clock stops
+        assert set(lanes.theirs) == {"QmA", "QmB"}
+        clock.t += 1
+        await lanes.keep(lambda: {"QmB"})
+        assert set(lanes.theirs) == {"QmB"}  # QmA's lane went with its linger
+
     asyncio.run(main())

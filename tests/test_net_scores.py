@@ -724,7 +724,7 @@ def test_anchors_are_dialled_first_once_and_the_best_outbound_neighbours_become_
     """Bitcoin Core's anchors: the outbound neighbours that delivered most are saved, and after a
     restart dialled before any candidate (however many Sybils peer exchange named); an anchor that
     fails is a candidate like others afterwards. A broken file is ignored with a warning."""
-    from swarm_node.net.scores import load_anchors, save_anchors
+    from swarm_node.net.scores import anchor_lanes, load_anchors, save_anchors
 
     anchors = {"QmA1": ["/ip4/11.1.0.1/tcp/1"], "QmA2": ["/ip4/11.2.0.1/tcp/1"]}
     mesh = Mesh("QmV", "r", 1, _params(), anchors=anchors, rng=random.Random(0))
@@ -746,13 +746,14 @@ def test_anchors_are_dialled_first_once_and_the_best_outbound_neighbours_become_
     assert list(best_outbound(mesh.neighbors, mesh.params.out_quota)) == ["QmB", "QmA2"]  # outbound only, most credits first
 
     path = tmp_path / "id.key.anchors"
-    save_anchors(path, best_outbound(mesh.neighbors, mesh.params.out_quota))
+    save_anchors(path, best_outbound(mesh.neighbors, mesh.params.out_quota), lanes={"QmB": "ab" * 16})
     assert load_anchors(path) == best_outbound(mesh.neighbors, mesh.params.out_quota)
+    assert anchor_lanes(path) == {"QmB": "ab" * 16}  # the lane QmB gave us, for a restart within its linger
     for broken in ("{not json", "[" * 100_000, '{"peer": 1}', '[{"peer": "QmX", "addrs": "x"}]'):
         path.write_text(broken)
         assert load_anchors(path) == {}, broken[:20]
     assert "ignoring the anchor file" in caplog.text
-    assert load_anchors(None) == load_anchors(tmp_path / "absent") == {}
+    assert load_anchors(None) == load_anchors(tmp_path / "absent") == anchor_lanes(None) == {}
 
 
 NETNS = unavailable()

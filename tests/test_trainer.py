@@ -290,7 +290,7 @@ def test_an_untrusted_peers_positives_longer_than_our_longest_correct_teach_noth
         policy = Policy.load(ModelConfig(name="tiny-s", init_seed=7))
         groups = _groups_with_signal(policy, arith_task())  # rows 1 and 3 of each group are correct
         ours = max(len(c.tokens) for c in groups[0].completions if c.reward > 0)
-        padded = np.concatenate([groups[0].completions[1].tokens[:ours]] * 2)[:ours + 2]
+        padded = np.concatenate([groups[0].completions[1].tokens[:ours]] * 2)[:int(1.25 * ours) + 1]
         peer = groups[1].completions
         peer[1].tokens, peer[3].tokens = padded, groups[0].completions[1].tokens[:ours]
         for c in peer:

@@ -36,7 +36,7 @@ from swarm_node.net.records import (ANNOUNCE_PROTOCOLS, MAX_MEMBER_BYTES, MAX_ME
                                     MEMBER_BUCKETS, STATUS_OK, Member, RecordError, make_member_record, member_bucket,
                                     member_key, parse_member_record, parse_record, record_key, send_announcement,
                                     serve_announcement)
-from swarm_node.net.scores import PeerLimiter, TokenBucket, best_outbound, save_anchors
+from swarm_node.net.scores import PeerLimiter, TokenBucket, anchor_lanes, best_outbound, save_anchors
 
 logger = logging.getLogger(__name__)
 DHT_OP_TIMEOUT_S = 10.0  # one whole DHT get/store traversal (clamped to collect deadlines)
@@ -273,12 +273,13 @@ class PushDiscovery:
                  kinds: dict[str, Kind] | None = None, lane_secret: bytes | None = None):
         self.p2p, self.mesh, self.members, self.stats = p2p, mesh, members, stats
         self.anchors_path = anchors_path  # where our best outbound neighbours are kept for the next start
-        self.anchors: dict[str, list[str]] = {}  # as last saved
+        self.anchors: tuple[dict[str, list[str]], dict[str, str]] = ({}, {})  # as last saved: addresses, lanes
         self.limiter = limiter or PeerLimiter()  # per-peer stream rates, graylist (scores.py)
         self.limiter.on_graylist = self._graylisted
         # announcements and `kinds` (fetch): ids per neighbour, the public ones shut during a flood
         self.lanes = Lanes(p2p, {"announce": Kind(ANNOUNCE_PROTOCOLS, self.serve), **(kinds or {})},
                            secret=lane_secret, misused=self._misused)
+        self.lanes.remember(anchor_lanes(anchors_path))  # our anchors' lanes for us, from our last run
         self.driver = MeshDriver(mesh, self.contact, members.read)
         # announcements being answered: one per peer, MAX_STRANGER_ANNOUNCES of peers we do not favour
         self.serving = StreamLimits(max_per_peer=1, max_open=MAX_STRANGER_ANNOUNCES)
@@ -321,10 +322,11 @@ class PushDiscovery:
         """`peer` delivered a packet we took (`Mesh.credit`); the anchors file follows the best outbound neighbours."""
         self.mesh.credit(peer, time.time(), useful, taken)
         best = best_outbound(self.mesh.neighbors, self.mesh.params.out_quota)
-        if self.anchors_path is not None and best and best != self.anchors:
+        lanes = {p: self.lanes.theirs[p] for p in best if p in self.lanes.theirs}
+        if self.anchors_path is not None and best and (best, lanes) != self.anchors:
             try:
-                save_anchors(self.anchors_path, best)
-                self.anchors = best
+                save_anchors(self.anchors_path, best, lanes)
+                self.anchors = (best, lanes)
             except OSError as e:
                 logger.warning("cannot save the anchor neighbours to %s: %s", self.anchors_path, e)
 

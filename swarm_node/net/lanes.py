@@ -93,6 +93,7 @@ class Lanes:
         self.unwanted: dict[str, float] = {}  # peer -> since when it holds a lane it is no neighbour for
         self.budget, self.clock = TokenBucket(LANE_RATE, LANE_BURST, clock), clock  # new lanes
         self.theirs: OrderedDict[str, str] = OrderedDict()  # peer -> the lane token it gave us
+        self.theirs_unwanted: dict[str, float] = {}  # peer -> since when we keep its lane though it is no neighbour
         self.lock = asyncio.Lock()  # one p2pd handler change at a time (registering an id twice fails)
         self.public: set[str] = set()  # the public ids registered now (none while the shield is up)
         self.tasks: set[asyncio.Task] = set()  # lanes being opened or closed in the background
@@ -142,8 +143,11 @@ class Lanes:
         """Forget the lanes of everyone not in `wanted()`, and unregister ours for them LANE_LINGER_S later (read
         again under the lock: a peer admitted meanwhile keeps the lane it was just told)."""
         now, want = self.clock(), wanted()
-        for peer in [p for p in self.theirs if p not in want]:
-            del self.theirs[peer]
+        for peer in [p for p in self.theirs_unwanted if p in want or p not in self.theirs]:
+            del self.theirs_unwanted[peer]
+        for peer in [p for p in self.theirs if p not in want]:  # kept as long as ours for it: a restart finds it
+            if now - self.theirs_unwanted.setdefault(peer, now) >= LANE_LINGER_S:
+                del self.theirs[peer], self.theirs_unwanted[peer]
         for peer in [p for p in self.unwanted if p in want]:  # back in time (close forgets the rest)
             del self.unwanted[peer]
         for peer in [p for p in self.open if p not in want]:
@@ -173,10 +177,18 @@ class Lanes:
         for us). Only a neighbour's: strangers' junk frames flushed a neighbour's lane from the map (red team 21)."""
         token = lane_token(obj) if isinstance(obj, dict) else None
         self.theirs.pop(peer, None)
+        self.theirs_unwanted.pop(peer, None)
         if token is not None:
             self.theirs[peer] = token
             while len(self.theirs) > MAX_THEIRS:
                 self.theirs.popitem(last=False)
+
+    def remember(self, saved: dict[str, object]) -> None:
+        """The lanes our anchors gave us before a restart (`scores.anchor_lanes`): they keep it LANE_LINGER_S after
+        losing us, so a quick restart reaches them on it, past a shield on their public ids (red team 26: 11 s)."""
+        for peer, token in list(saved.items())[:MAX_THEIRS]:
+            if lane_token({"lane": token}) is not None and peer not in self.theirs:
+                self.theirs[peer] = token
 
     def protocols(self, peer: str, kind: str) -> tuple[str, ...]:
         """The ids to reach `peer` on for `kind`, in order: its lane for us if it gave one, then the public ones."""

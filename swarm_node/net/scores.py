@@ -16,8 +16,8 @@ So a neighbour's slot now rests on what this node saw itself:
                 neighbour, or the relay it came through (`subnet_of`): at most `per_subnet`
                 neighbours share a subnet and half the slots a relay, so one machine's k Sybils
                 hold at most that many; private and loopback addresses and configured peers excepted
-    anchors     the outbound neighbours that delivered most, kept beside the identity file and
-                dialled first after a restart (Bitcoin Core's anchor connections)
+    anchors     the outbound neighbours that delivered most, kept beside the identity file with the lane
+                each gave us, and dialled first after a restart (Bitcoin Core's anchor connections)
 
 Rates (`PeerLimiter`): a token bucket per peer for incoming announcement and fetch streams; a
 stream over the rate is closed before anything is read and counts as misbehaviour; a peer with
@@ -132,20 +132,29 @@ class Neighbor:
         return self.score is not None and self.score.delivered() and self.heard_at < now - idle_s
 
 
-def load_anchors(path: Path | None) -> dict[str, list[str]]:
-    """The anchors saved by `save_anchors` ({} if none, or unreadable: a warning, never an error)."""
+def _anchor_rows(path: Path | None) -> list[dict]:
+    """The rows `save_anchors` wrote ([] if none, or unreadable: a warning, never an error)."""
     if path is None or not path.exists():
-        return {}
+        return []
     try:
         rows = json.loads(path.read_text())
-        anchors = {r["peer"]: [a for a in r["addrs"] if isinstance(a, str)][:MAX_ANCHOR_ADDRS] for r in rows
-                   if isinstance(r, dict) and isinstance(r.get("peer"), str) and isinstance(r.get("addrs"), list)}
+        return [r for r in rows if isinstance(r, dict) and isinstance(r.get("peer"), str) and isinstance(r.get("addrs"), list)]
     except (OSError, ValueError, TypeError, RecursionError) as e:
         logger.warning("ignoring the anchor file %s (%s); it is rewritten once neighbours deliver", path, e)
-        return {}
+        return []
+
+
+def load_anchors(path: Path | None) -> dict[str, list[str]]:
+    """The anchors saved by `save_anchors` ({} if none, or unreadable)."""
+    anchors = {r["peer"]: [a for a in r["addrs"] if isinstance(a, str)][:MAX_ANCHOR_ADDRS] for r in _anchor_rows(path)}
     if anchors:
         logger.info("dialling first the %d neighbour(s) that delivered most in our last run (%s)", len(anchors), path)
     return anchors
+
+
+def anchor_lanes(path: Path | None) -> dict[str, object]:
+    """The lanes the anchors had given us, as saved (unchecked: `Lanes.remember` checks them)."""
+    return {r["peer"]: r["lane"] for r in _anchor_rows(path) if "lane" in r}
 
 
 def crowded(neighbors: dict[str, Neighbor], params: MeshParams, group: str | None,
@@ -176,9 +185,11 @@ def best_outbound(neighbors: dict[str, Neighbor], out_quota: int) -> dict[str, l
     return {p: neighbors[p].addrs for _, p in sorted(delivered, reverse=True)[:max(1, out_quota)]}
 
 
-def save_anchors(path: Path, anchors: dict[str, list[str]]) -> None:
-    """Write the anchors atomically (a crash leaves the old file or the new one, never half of one)."""
-    write_json_atomic(path, [{"peer": p, "addrs": a[:MAX_ANCHOR_ADDRS]} for p, a in anchors.items()])
+def save_anchors(path: Path, anchors: dict[str, list[str]], lanes: dict[str, str] | None = None) -> None:
+    """Write the anchors, with the lane each gave us (`lanes`), atomically (a crash leaves the old file or the new
+    one, never half of one). A node restarted within a lane's linger reaches the anchor on it, shielded or not."""
+    write_json_atomic(path, [{"peer": p, "addrs": a[:MAX_ANCHOR_ADDRS], **({"lane": lanes[p]} if p in (lanes or {}) else {})}
+                             for p, a in anchors.items()])
 
 
 @dataclass

@@ -75,8 +75,9 @@ Plausible teaching only (`implausible`, LossConfig.peer_plausibility_margin m, d
   which lowers its percentiles and so the bar, until junk-prefixed positives pass (red team:
   0.14 -> 0.01 with a bar that followed the node down). An untrusted peer's sample is also taken
   as on-policy (gen_logp := logp): its claimed log-probs cannot raise its weight above 1.
-  Nor longer than ours (the trainer, same switch): such a positive with more tokens than the node's
-  longest correct completion of the step (at most 1.5x that bound at its first step) teaches nothing;
+  Nor much longer than ours (the trainer, same switch): such a positive with more than 1.25x the tokens
+  of the node's longest correct completion of the step (at most 1.5x that bound at its first step)
+  teaches nothing;
   correct but padded completions teach a node to write longer, which no accuracy check sees.
 
 Aggregation (GRPO/DAPO per-sequence mean; no KL penalty term):

@@ -40,7 +40,7 @@ from swarm_node.train.loss import LOG_CLAMP, implausible, peer_baseline_advantag
 from swarm_node.train.policy import Policy
 
 NO_BAR = (math.inf, math.inf)  # _plausibility_floors: no sample of ours yet to set the bar by
-LENGTH_SLACK = 1.5  # _length_bound: at most this times the bound at the node's first step
+STEP_SLACK, LENGTH_SLACK = 1.25, 1.5  # _length_bound: this times our longest correct, at most 1.5x the first step's
 
 
 def loss_settings(cfg: LossConfig) -> dict:
@@ -166,21 +166,21 @@ class Trainer:
             self.implausible[idx] = implausible(logp, mb.mask.to(logp.device), *floors).cpu()  # [b]
 
     def _length_bound(self, batch: TrainBatch) -> float:
-        """The most tokens an untrusted peer's positive may have to teach this step (inf: no check): the longest
-        correct completion of ours in the step (the 95th percentile of ours if none is correct), and at most
-        LENGTH_SLACK times that bound at the node's first step. A peer's correct completions padded to the
-        completion limit are likely enough on a real model (red team 27: SmolLM2 restating the question, 21-24
-        tokens where it writes 15, passed the floors in its first steps) and teach the node to write longer,
-        which no accuracy check sees: it may teach what we write when right, not more of it. The anchor stops a
-        ratchet (positives at our own longest make our longest longer). A step without a sample of ours keeps the
-        latest step's bound."""
+        """The most tokens an untrusted peer's positive may have to teach this step (inf: no check): STEP_SLACK
+        times the longest correct completion of ours in the step (the 95th percentile of ours if none is correct:
+        a peer's problems may have longer answers than ours), and at most LENGTH_SLACK times that bound at the
+        node's first step. A peer's correct completions padded to the completion limit are likely enough on a
+        real model (red team 27: SmolLM2 restating the question, 21-24 tokens where it writes 15, passed the
+        floors in its first steps) and teach the node to write longer, which no accuracy check sees: it may teach
+        what we write when right, not much more of it. The anchor stops a ratchet (positives at our own longest
+        make our longest longer). A step without a sample of ours keeps the latest step's bound."""
         if self.loss.peer_plausibility_margin is None:
             return math.inf
         mine = ~batch.untrusted & (batch.lengths > 0)  # [N] own and trusted samples
         if bool(mine.any()):
             right = mine & (batch.rewards > 0)  # [N]
             lengths = batch.lengths[right if bool(right.any()) else mine].float()  # [k]
-            bound = float(lengths.max() if bool(right.any()) else torch.quantile(lengths, 0.95))
+            bound = STEP_SLACK * float(lengths.max() if bool(right.any()) else torch.quantile(lengths, 0.95))
             self.first_length = self.first_length or bound
             self.last_length = min(bound, LENGTH_SLACK * self.first_length)
         return self.last_length
