@@ -308,6 +308,7 @@ def test_a_restarted_node_finds_its_anchor_again_without_any_initial_peer(tmp_pa
             assert not anchors.exists()  # nothing delivered yet: nothing worth remembering
             a.credit(b.peer_id)
             assert [r["peer"] for r in json.loads(anchors.read_text())] == [b.peer_id]
+            assert len(json.loads(anchors.read_text())[0]["lane"]) == 32  # B's lane for A: tried first after a restart
         finally:
             a.close()
         again = started(config(identity=path))
