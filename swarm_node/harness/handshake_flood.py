@@ -20,21 +20,14 @@ import os
 import struct
 import time
 
+from swarm_node.net.identity import uvarint
+
 ANSWER_BYTES = 96  # a Noise second message is 32 + 48 + a signed payload: this much proves the node answered
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
 
 
 def _line(protocol: str) -> bytes:
     data = (protocol + "\n").encode()
-    return _varint(len(data)) + data
+    return uvarint(len(data)) + data
 
 
 HELLO = _line("/multistream/1.0.0") + _line("/noise") + struct.pack(">H", 32) + os.urandom(32)

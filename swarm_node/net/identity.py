@@ -28,7 +28,8 @@ RSA_EXPONENT = 65537  # the only public exponent accepted in a peer's key (key_p
 MIN_RSA_BITS, MAX_RSA_BITS = 2048, 4096  # accepted RSA modulus sizes, ours and peers'
 
 
-def _varint(n: int) -> bytes:
+def uvarint(n: int) -> bytes:
+    """An unsigned LEB128 varint (protobuf, multistream-select lengths)."""
     out = bytearray()
     while True:
         out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
@@ -39,7 +40,7 @@ def _varint(n: int) -> bytes:
 
 def encode_key_pb(key_type: int, data: bytes) -> bytes:
     """libp2p crypto.proto PrivateKey/PublicKey {required KeyType Type = 1; required bytes Data = 2}."""
-    return b"\x08" + _varint(key_type) + b"\x12" + _varint(len(data)) + data
+    return b"\x08" + uvarint(key_type) + b"\x12" + uvarint(len(data)) + data
 
 
 def decode_key_pb(raw: bytes) -> tuple[int, bytes]:
