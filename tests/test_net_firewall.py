@@ -28,7 +28,7 @@ def test_the_ruleset_names_the_port_rate_and_burst_and_refuses_what_cannot_work(
     script = firewall.ruleset(4001, rate=7, burst=9)
     assert "tcp dport 4001 ct state new" in script and "limit rate over 7/second burst 9 packets" in script
     assert script.count("delete table inet swarm_node_conn_limit_4001") == 1  # replaced whole
-    for bad in (dict(port=0), dict(port=70000), dict(port=4001, rate=0), dict(port=4001, burst=0)):
+    for bad in (dict(port=0), dict(port=70000), dict(port=4001, rate=0), dict(port=4001, burst=0), dict(port=1, sources=0)):
         with pytest.raises(ValueError):
             firewall.ruleset(**bad)
 
@@ -73,16 +73,23 @@ def test_a_handshake_flood_costs_p2pd_a_core_until_the_limit_drops_it_in_the_ker
             assert "at most 10 new connections a second" in limit.stdout
             limited_attack, limited_cpu, probe = _flood_costs(node, attacker, honest, daemon.pid)
             table = node.run("nft", "list", "table", "inet", firewall.table_name(PORT)).stdout
+            # room for one source's bucket, taken by the honest host: the attacker, left out, shares the overflow one
+            (tmp_path / "one.nft").write_text(firewall.ruleset(PORT, sources=1))
+            node.run("nft", "-f", str(tmp_path / "one.nft"))
+            assert json.loads(_flood(honest, node.ip, 0.5, 1, interval_s=1.0).communicate(timeout=30)[0])["answered"] == 1
+            _, overflow_cpu, _ = _flood_costs(node, attacker, honest, daemon.pid)
             node.run(sys.executable, "-m", "swarm_node", "firewall", "--port", str(PORT), "--remove")
             gone = node.run("nft", "list", "table", "inet", firewall.table_name(PORT), check=False)
         finally:
             daemon.kill()
             daemon.wait()
     print(f"\nhandshake flood {FLOOD_S:.0f} s: open {open_attack} p2pd {open_cpu:.2f} core; limited {limited_attack} "
-          f"p2pd {limited_cpu:.2f} core; honest host meanwhile {probe}")
+          f"p2pd {limited_cpu:.2f} core; honest host meanwhile {probe}; the attacker in the overflow bucket: p2pd "
+          f"{overflow_cpu:.2f} core")
     assert open_cpu > 0.3  # each try cost p2pd two X25519 products and an RSA signature
     dropped = sum(int(line.split("counter packets ")[1].split()[0]) for line in table.splitlines() if "counter packets " in line)
     assert dropped > 10 * FLOOD_S  # the kernel refused the attacker's SYNs ...
     assert limited_cpu < open_cpu / 3  # ... before p2pd spent anything on them
+    assert overflow_cpu < open_cpu / 3  # a full set of sources does not switch the limit off
     assert probe["answered"] >= probe["tried"] - 1 >= 5  # another address, at an honest pace, is answered throughout
     assert gone.returncode != 0  # --remove deleted the table

@@ -283,7 +283,9 @@ def test_a_step_without_own_samples_judges_peers_by_the_latest_bar():
 def test_an_untrusted_peers_positives_longer_than_our_longest_correct_teach_nothing():
     """Correct completions padded past anything the node writes correctly teach it to write longer, which
     no accuracy check sees (red team 27); one of our own length still teaches, and a trusted peer's or the
-    paper's F-TIS (no plausibility check) is not bounded. The bound is anchored: no ratchet."""
+    paper's F-TIS (no plausibility check) is not bounded. A length over the bound is not counted against the
+    peer in the mesh (an honest peer's problems may have longer answers). The bound has a ceiling (no ratchet)
+    and a floor (a peer teaching short answers cannot shut longer honest ones out)."""
     def step(margin, untrusted=(False,) * 4 + (True,) * 4):
         cfg = NodeConfig()
         cfg.train.lr, cfg.loss.peer_plausibility_margin = 1e-3, margin
@@ -296,17 +298,28 @@ def test_an_untrusted_peers_positives_longer_than_our_longest_correct_teach_noth
         for c in peer:
             c.logprobs = np.full(len(c.tokens), -0.1, np.float32)
         trainer = _trainer(policy, cfg)
-        trainer.step(_batch(policy, groups, None if untrusted is None else list(untrusted)))
-        return trainer.implausible.tolist()
+        stats = trainer.step(_batch(policy, groups, None if untrusted is None else list(untrusted)))
+        assert not trainer.implausible.any()  # the floors pass anything here; the mesh credit sees no verdict
+        return stats["train/peer_implausible_frac"], stats["train/active_frac"]
 
-    assert step(1e9) == [False] * 5 + [True, False, False]  # floors that pass anything: the length alone
-    assert not any(step(None)) and not any(step(1e9, untrusted=None))
+    # floors that pass anything: the padded positive alone is dropped (the peer's negatives weigh 0: never run)
+    assert step(1e9) == (1 / 8, 5 / 8)
+    assert step(None) == (0.0, 6 / 8) and step(1e9, untrusted=None) == (0.0, 1.0)
 
     cfg = NodeConfig()
     cfg.train.lr = 1e-3
     trainer = _trainer(Policy.load(ModelConfig(name="tiny-s", init_seed=7)), cfg)
     groups = _groups_with_signal(trainer.policy, arith_task())
-    first = trainer._length_bound(_batch(trainer.policy, groups, [False] * 4 + [True] * 4))
-    for c in groups[0].completions:  # our own correct completions got three times longer
-        c.tokens = np.concatenate([c.tokens] * 3)
-    assert trainer._length_bound(_batch(trainer.policy, groups, [False] * 4 + [True] * 4)) == 1.5 * first
+    longest = max(len(c.tokens) for c in groups[0].completions if c.reward > 0)
+
+    def bound(scale: int, rewards=None) -> float:
+        for i, c in enumerate(groups[0].completions):
+            c.tokens = np.resize(c.tokens, longest * scale // 2)
+            c.reward = float(i % 2 if rewards is None else rewards)
+        return trainer._length_bound(_batch(trainer.policy, groups, [False] * 4 + [True] * 4))
+
+    first = bound(2)
+    assert first == 1.25 * longest
+    assert bound(6) == 3 * longest  # ours grew threefold: past the ceiling, peers teach only up to our own longest
+    assert bound(1) == first  # ours got shorter: the floor keeps honest peers' answers of the first length
+    assert bound(6, rewards=0) == first  # no correct answer of ours this step: the latest bound

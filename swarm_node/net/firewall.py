@@ -17,7 +17,13 @@ defaults. The rule lives in a table of its own (`table_name`), replaced whole by
 by `remove`; it needs root (CAP_NET_ADMIN) and nftables, and the node must listen on a fixed port
 (`--port`). The bound, in plain words: one address costs the node at most `rate` handshakes a second
 (~2.3 ms each with an RSA identity), whatever it sends; k addresses cost k times that, so an attacker
-with many addresses (a cloud account, a botnet) is not stopped by this rule.
+with many addresses (a cloud account, a botnet) is not stopped by this rule, and sources beyond the
+SOURCES_REMEMBERED that hold a bucket share one. What it costs honest peers: a SYN counts before the
+handshake, so spoofed SYNs with a peer's address (~600 bytes a second) spend that address's bucket and
+its new connections are dropped meanwhile (its established ones are not, nor our own outbound ones and
+their replies); peers behind one NAT, or one carrier-grade NAT, share a bucket. It covers TCP on the
+`input` hook only: a node in a container reached through a published port (DNAT, the forward hook),
+or a QUIC listen address, is not covered, and the table does not survive a reboot.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ import subprocess
 from swarm_node.net import SwarmError
 
 DEFAULT_RATE, DEFAULT_BURST = 10, 40  # new connections a second per source, and the burst above it
-SOURCES_REMEMBERED = 65535  # sources tracked at once (the oldest expire after SOURCE_TIMEOUT_S idle)
-SOURCE_TIMEOUT_S = 60
+SOURCES_REMEMBERED = 65535  # sources with a bucket of their own at once (the rest share one bucket)
+SOURCE_TIMEOUT_S = 60  # a source's bucket is forgotten this long after its last new connection
 
 
 def table_name(port: int) -> str:
@@ -37,30 +43,39 @@ def table_name(port: int) -> str:
     return f"swarm_node_conn_limit_{port}"
 
 
-def ruleset(port: int, rate: int = DEFAULT_RATE, burst: int = DEFAULT_BURST) -> str:
-    """The nftables script that replaces the limit for `port` (ValueError for a bad argument)."""
+def ruleset(port: int, rate: int = DEFAULT_RATE, burst: int = DEFAULT_BURST, sources: int = SOURCES_REMEMBERED) -> str:
+    """The nftables script that replaces the limit for `port`, `sources` addresses (or /64s) with a bucket of their
+    own (ValueError for a bad argument)."""
     if not 1 <= port <= 65535:
         raise ValueError(f"a connection limit needs a fixed TCP port (1-65535), got {port}: run the node with --port")
-    if rate < 1 or burst < 1:
-        raise ValueError(f"rate and burst must be >= 1, got {rate} and {burst}")
+    if rate < 1 or burst < 1 or sources < 1:
+        raise ValueError(f"rate, burst and sources must be >= 1, got {rate}, {burst} and {sources}")
     table = f"inet {table_name(port)}"
     limit = f"limit rate over {rate}/second burst {burst} packets"
-    sets = "".join(f"  set sources{v} {{ type {t}; flags dynamic; timeout {SOURCE_TIMEOUT_S}s; size {SOURCES_REMEMBERED}; }}\n"
+    sets = "".join(f"  set sources{v} {{ type {t}; flags dynamic; timeout {SOURCE_TIMEOUT_S}s; size {sources}; }}\n"
                    for v, t in (("4", "ipv4_addr"), ("6", "ipv6_addr")))
+    new = f"    tcp dport {port} ct state new"
+    rules = []
+    for v, source in (("4", "ip saddr"), ("6", "ip6 saddr & ffff:ffff:ffff:ffff::")):
+        rules.append(f"{new} update @sources{v} {{ {source} {limit} }} counter drop\n")  # a source's own bucket
+        # a full set adds no more sources: those left out share one bucket (else spoofed SYNs from 65,535 addresses
+        # switched the limit off for everyone else: review, session 36)
+        rules.append(f"{new} {source} != @sources{v} {limit} counter drop\n")
     return (f"table {table} {{}}\ndelete table {table}\n"  # replaced whole, whether or not it existed
             f"table {table} {{\n{sets}"
             "  chain input {\n"
             "    type filter hook input priority -10; policy accept;\n"
-            f"    tcp dport {port} ct state new add @sources4 {{ ip saddr {limit} }} counter drop\n"
-            f"    tcp dport {port} ct state new add @sources6 {{ ip6 saddr & ffff:ffff:ffff:ffff:: {limit} }} counter drop\n"
-            "  }\n}\n")
+            + "".join(rules) + "  }\n}\n")
 
 
 def _nft(script: str, what: str) -> None:
     nft = shutil.which("nft") or shutil.which("nft", path="/usr/sbin:/sbin")
     if nft is None:
         raise SwarmError(f"cannot {what}: nftables is not installed (Debian/Ubuntu: sudo apt-get install nftables)")
-    out = subprocess.run([nft, "-f", "-"], input=script, capture_output=True, text=True, timeout=30)
+    try:
+        out = subprocess.run([nft, "-f", "-"], input=script, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise SwarmError(f"cannot {what}: nft did not answer within 30 s") from None
     if out.returncode != 0:
         reason = out.stderr.strip().splitlines()[0] if out.stderr.strip() else f"nft exited {out.returncode}"
         hint = " (run it as root: sudo swarm-node firewall ...)" if "Operation not permitted" in out.stderr else ""

@@ -109,7 +109,9 @@ class Trainer:
         advantages = torch.where(too_long, torch.zeros_like(advantages), advantages)  # [N]
         active = ((advantages != 0) & (batch.lengths > 0)).nonzero().flatten()  # [n_active] rows run through the model
         total, n_active = len(batch), len(active)
-        self.implausible = too_long.clone()  # [N] found implausible: too long here, or by the floors below
+        # [N] found implausible by the floors (the mesh credit reads it; a length over the bound alone does not count
+        # there: an honest peer whose problems have longer answers must not lose its slot for it)
+        self.implausible = torch.zeros(total, dtype=torch.bool)
         stats: dict[str, float] = {}
         own_diffs: list[Tensor] = []  # [k] per micro-batch: logp - gen_logp on own completion tokens
         settings = loss_settings(self.loss)
@@ -148,7 +150,8 @@ class Trainer:
         stats.update({M.TRAIN_GROUPS: len(batch.group.unique()), M.TRAIN_SEQUENCES: total,
                       M.TRAIN_ACTIVE_FRAC: n_active / max(total, 1), M.TRAIN_GRAD_NORM: grad_norm,
                       M.TRAIN_POLICY_VERSION: self.policy_version, M.TRAIN_PEER_NEGATIVES: peer_negatives,
-                      M.TRAIN_PEER_IMPLAUSIBLE: int(self.implausible.sum()) / max(total, 1), M.TIME_TRAIN: time.perf_counter() - start})
+                      M.TRAIN_PEER_IMPLAUSIBLE: int((self.implausible | too_long).sum()) / max(total, 1),
+                      M.TIME_TRAIN: time.perf_counter() - start})
         return stats
 
     @torch.no_grad()
@@ -156,8 +159,7 @@ class Trainer:
         """Mark the untrusted positives of zero advantage (all-correct groups) that are implausible, so
         the mesh credit sees them too: an all-correct group teaches nothing and is never run, and a
         peer must not keep its neighbour slot with such groups of completions we would never write."""
-        unrun = (batch.untrusted & (batch.rewards > 0) & (advantages == 0) & (batch.lengths > 0)
-                 & ~self.implausible).nonzero().flatten()  # [n] (too long: found already)
+        unrun = (batch.untrusted & (batch.rewards > 0) & (advantages == 0) & (batch.lengths > 0)).nonzero().flatten()
         for s in range(0, len(unrun), self.train.micro_batch):
             idx = unrun[s:s + self.train.micro_batch]  # [b]
             mb = batch.rows(idx)
@@ -166,23 +168,24 @@ class Trainer:
             self.implausible[idx] = implausible(logp, mb.mask.to(logp.device), *floors).cpu()  # [b]
 
     def _length_bound(self, batch: TrainBatch) -> float:
-        """The most tokens an untrusted peer's positive may have to teach this step (inf: no check): STEP_SLACK
-        times the longest correct completion of ours in the step (the 95th percentile of ours if none is correct:
-        a peer's problems may have longer answers than ours), and at most LENGTH_SLACK times that bound at the
-        node's first step. A peer's correct completions padded to the completion limit are likely enough on a
-        real model (red team 27: SmolLM2 restating the question, 21-24 tokens where it writes 15, passed the
-        floors in its first steps) and teach the node to write longer, which no accuracy check sees: it may teach
-        what we write when right, not much more of it. The anchor stops a ratchet (positives at our own longest
-        make our longest longer). A step without a sample of ours keeps the latest step's bound."""
+        """The most tokens an untrusted peer's positive may have to teach this step (inf: no check, or no correct
+        completion of ours yet to measure by): STEP_SLACK times the longest correct completion of ours in the step
+        (a peer's problems may have longer answers than ours), at most LENGTH_SLACK times that bound at the first
+        step that had one (or our own longest correct, if longer), and never below the first step's. A peer's correct
+        completions padded to the completion limit are likely enough on a real model (red team 27: SmolLM2
+        restating the question, 21-24 tokens where it writes 15, passed the floors in its first steps) and teach
+        the node to write longer, which no accuracy check sees: it may teach what we write when right, not much
+        more of it. The ceiling stops a ratchet (positives at our own longest make our longest longer); the floor
+        stops a peer that teaches short answers from shutting out honest peers' longer ones (review, session 36).
+        A step without a correct completion of ours keeps the latest bound."""
         if self.loss.peer_plausibility_margin is None:
             return math.inf
-        mine = ~batch.untrusted & (batch.lengths > 0)  # [N] own and trusted samples
-        if bool(mine.any()):
-            right = mine & (batch.rewards > 0)  # [N]
-            lengths = batch.lengths[right if bool(right.any()) else mine].float()  # [k]
-            bound = STEP_SLACK * float(lengths.max() if bool(right.any()) else torch.quantile(lengths, 0.95))
-            self.first_length = self.first_length or bound
-            self.last_length = min(bound, LENGTH_SLACK * self.first_length)
+        right = ~batch.untrusted & (batch.lengths > 0) & (batch.rewards > 0)  # [N] own and trusted, correct
+        if bool(right.any()):
+            longest = float(batch.lengths[right].max())
+            self.first_length = self.first_length or STEP_SLACK * longest
+            ceiling = max(LENGTH_SLACK * self.first_length, longest)
+            self.last_length = max(self.first_length, min(STEP_SLACK * longest, ceiling))
         return self.last_length
 
     def _plausibility_floors(self, batch: TrainBatch) -> tuple[float, float] | None:
