@@ -40,7 +40,7 @@ from swarm_node.train.loss import LOG_CLAMP, implausible, peer_baseline_advantag
 from swarm_node.train.policy import Policy
 
 NO_BAR = (math.inf, math.inf)  # _plausibility_floors: no sample of ours yet to set the bar by
-STEP_SLACK, LENGTH_SLACK = 1.25, 1.5  # _length_bound: this times our longest correct, at most 1.5x the first step's
+STEP_SLACK, LENGTH_SLACK = 1.25, 1.5  # _length_bound: this times our longest correct; ceiling: 1.5x the first bound
 
 
 def loss_settings(cfg: LossConfig) -> dict:
@@ -90,8 +90,8 @@ class Trainer:
         self.policy_version = 0
         self.first_floors: tuple[float, float] | None = None  # loss.implausible's anchor (first step)
         self.last_floors: tuple[float, float] | None = None  # the latest step's (a step without own samples uses them)
-        self.first_length: float | None = None  # _length_bound's anchor (first step)
-        self.last_length = math.inf  # the latest step's (a step without own samples uses it)
+        self.first_length: float | None = None  # _length_bound's floor (set by our first correct completions)
+        self.last_length = math.inf  # the latest step's (a step without a correct completion of ours uses it)
         self.implausible = torch.zeros(0, dtype=torch.bool)  # [N] last step: untrusted positives found implausible
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
