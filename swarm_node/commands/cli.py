@@ -23,6 +23,7 @@ import typer
 from swarm_node.config import NodeConfig, all_keys, doc, load_config
 from swarm_node.errors import SwarmNodeError
 from swarm_node.logutil import limit_repeats
+from swarm_node.net.firewall import DEFAULT_BURST, DEFAULT_RATE
 
 app = typer.Typer(help="Collaborative GRPO (F-TIS) across machines that do not trust each other.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -167,8 +168,8 @@ def relay(peers: Annotated[Optional[list[str]], _opt("swarm.peers")] = None,
 
 @app.command()
 def firewall(port: Annotated[int, typer.Option(help="The node's TCP port (run the node with --port N).")],
-             rate: Annotated[int, typer.Option(help="New connections a second allowed per IPv4 address or IPv6 /64.")] = 10,
-             burst: Annotated[int, typer.Option(help="New connections allowed at once above the rate.")] = 40,
+             rate: Annotated[int, typer.Option(help="New connections a second allowed per IPv4 address or IPv6 /64.")] = DEFAULT_RATE,
+             burst: Annotated[int, typer.Option(help="New connections allowed at once above the rate.")] = DEFAULT_BURST,
              remove: Annotated[bool, typer.Option("--remove", help="Delete the limit instead.")] = False,
              print_only: Annotated[bool, typer.Option("--print", help="Print the nftables script; change nothing.")] = False):
     """Limit new connections to the node's port per source address, in the kernel (nftables, root): each one costs

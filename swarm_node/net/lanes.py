@@ -140,19 +140,21 @@ class Lanes:
         task.add_done_callback(self.tasks.discard)
 
     async def keep(self, wanted: Callable[[], set[str]]) -> None:
-        """Forget the lanes of everyone not in `wanted()`, and unregister ours for them LANE_LINGER_S later (read
-        again under the lock: a peer admitted meanwhile keeps the lane it was just told)."""
+        """LANE_LINGER_S after a peer stops being in `wanted()`, forget the lane it gave us (a restart finds it meanwhile)
+        and unregister ours for it (`wanted()` read again under the lock: a peer admitted meanwhile keeps the lane it
+        was just told)."""
         now, want = self.clock(), wanted()
-        for peer in [p for p in self.theirs_unwanted if p in want or p not in self.theirs]:
-            del self.theirs_unwanted[peer]
-        for peer in [p for p in self.theirs if p not in want]:  # kept as long as ours for it: a restart finds it
-            if now - self.theirs_unwanted.setdefault(peer, now) >= LANE_LINGER_S:
-                del self.theirs[peer], self.theirs_unwanted[peer]
-        for peer in [p for p in self.unwanted if p in want]:  # back in time (close forgets the rest)
-            del self.unwanted[peer]
-        for peer in [p for p in self.open if p not in want]:
-            if now - self.unwanted.setdefault(peer, now) >= LANE_LINGER_S:
-                await self.close(peer, unless=lambda p: p in wanted())
+        for peer in self._lingered(self.theirs_unwanted, self.theirs, want, now):
+            del self.theirs[peer], self.theirs_unwanted[peer]
+        for peer in self._lingered(self.unwanted, self.open, want, now):
+            await self.close(peer, unless=lambda p: p in wanted())
+
+    @staticmethod
+    def _lingered(since: dict[str, float], held, want: set[str], now: float) -> list[str]:
+        """The peers in `held` not in `want` for LANE_LINGER_S; `since` (when each stopped being wanted) kept up to date."""
+        for peer in [p for p in since if p in want or p not in held]:  # back in time, or forgotten already
+            del since[peer]
+        return [p for p in held if p not in want and now - since.setdefault(p, now) >= LANE_LINGER_S]
 
     def close_soon(self, peer: str) -> None:
         """= close, in the background (a graylisting: its streams die in p2pd from now on)."""
