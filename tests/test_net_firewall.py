@@ -1,7 +1,8 @@
 """net/firewall.py: the kernel's per-source limit on new connections, against a real handshake flood.
 
-The flood (harness/handshake_flood.py) makes p2pd answer Noise handshakes, each with a signature of
-its RSA identity key, for 32 random bytes a try; the limit is what `swarm-node firewall` installs."""
+The flood (harness/handshake_flood.py) makes p2pd answer TLS 1.3 handshakes (a node's p2pd refuses Noise, whose
+answer would carry a signature of its RSA identity key: 5x the cost) for one pre-built ClientHello a try; the
+limit is what `swarm-node firewall` installs."""
 
 import json
 import os
@@ -20,7 +21,8 @@ from swarm_node.net.identity import load_or_create_identity
 NETNS = unavailable()
 needs_netns = pytest.mark.skipif(NETNS is not None, reason=f"network namespaces unavailable: {NETNS}")
 PORT = 4011
-P2PD = str(Path(hivemind.__file__).parent / "hivemind_cli" / "p2pd")  # the daemon every node runs
+P2PD = str(Path(hivemind.__file__).parent / "hivemind_cli" / "p2pd")  # the daemon every node runs, as a node runs it:
+P2PD_FLAGS = ["-noise=0"]  # TLS only (net/hivemind_internals.NodeP2P)
 FLOOD_S = 6.0
 
 
@@ -40,7 +42,8 @@ def _cpu_s(pid: int) -> float:
 
 def _flood(host, target_ip: str, seconds: float, concurrency: int = 32, interval_s: float = 0.0) -> subprocess.Popen:
     argv = [sys.executable, "-m", "swarm_node.harness.handshake_flood", "--host", target_ip, "--port", str(PORT),
-            "--seconds", str(seconds), "--concurrency", str(concurrency), "--interval", str(interval_s), "--timeout", "2"]
+            "--seconds", str(seconds), "--concurrency", str(concurrency), "--interval", str(interval_s), "--timeout", "2",
+            "--security", "tls"]
     return subprocess.Popen(host.cmd(argv), stdout=subprocess.PIPE, text=True)
 
 
@@ -61,7 +64,7 @@ def test_a_handshake_flood_costs_p2pd_a_core_until_the_limit_drops_it_in_the_ker
     (tmp_path / "id").write_bytes(identity)
     with Internet(f"fw{os.getpid() % 1000}") as net:
         node, attacker, honest = net.host("node"), net.host("attacker"), net.host("honest")
-        daemon = subprocess.Popen(node.cmd([P2PD, "-id", str(tmp_path / "id"), "-hostAddrs", f"/ip4/{node.ip}/tcp/{PORT}",
+        daemon = subprocess.Popen(node.cmd([P2PD, *P2PD_FLAGS, "-id", str(tmp_path / "id"), "-hostAddrs", f"/ip4/{node.ip}/tcp/{PORT}",
                                             "-listen", f"/unix{tmp_path}/ctl.sock", "-q"]),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -86,7 +89,7 @@ def test_a_handshake_flood_costs_p2pd_a_core_until_the_limit_drops_it_in_the_ker
     print(f"\nhandshake flood {FLOOD_S:.0f} s: open {open_attack} p2pd {open_cpu:.2f} core; limited {limited_attack} "
           f"p2pd {limited_cpu:.2f} core; honest host meanwhile {probe}; the attacker in the overflow bucket: p2pd "
           f"{overflow_cpu:.2f} core")
-    assert open_cpu > 0.3  # each try cost p2pd two X25519 products and an RSA signature
+    assert open_cpu > 0.3  # each try cost p2pd an X25519 product, a certificate and an ECDSA signature
     dropped = sum(int(line.split("counter packets ")[1].split()[0]) for line in table.splitlines() if "counter packets " in line)
     assert dropped > 10 * FLOOD_S  # the kernel refused the attacker's SYNs ...
     assert limited_cpu < open_cpu / 3  # ... before p2pd spent anything on them

@@ -305,6 +305,7 @@ def test_a_restarted_node_finds_its_anchor_again_without_any_initial_peer(tmp_pa
         a = started(config(identity=path, peers=b.join_addrs()))
         try:
             assert wait_until(lambda: b.peer_id in a.neighbours(), 15)
+            assert wait_until(lambda: a._push.tags.tagged == {b.peer_id}, 5)  # p2pd trims B last (conn_tags.py)
             assert not anchors.exists()  # nothing delivered yet: nothing worth remembering
             a.credit(b.peer_id)
             assert [r["peer"] for r in json.loads(anchors.read_text())] == [b.peer_id]
@@ -326,3 +327,31 @@ def test_a_restarted_node_finds_its_anchor_again_without_any_initial_peer(tmp_pa
     finally:
         b.close()
     assert p2pd_children() == []
+
+
+@pytest.mark.slow
+def test_a_node_speaks_tls_only_so_a_strangers_handshake_costs_it_no_identity_signature():
+    """A /noise handshake makes p2pd sign with the node's RSA key for 32 bytes a stranger sends (red team 26: 2.4 ms
+    of p2pd); TLS 1.3 signs with a certificate key made at start (bench/handshake_cost.py). A node refuses /noise,
+    answers /tls/1.0.0, and a dialer with hivemind's flags (offering /noise first) still connects."""
+    from hivemind.p2p import P2P, PeerID
+    from hivemind.utils.multiaddr import Multiaddr
+
+    from swarm_node.harness.handshake_flood import HELLOS, attempt
+
+    node = started(config())
+    try:
+        addr = next(m for m in node.join_addrs() if m.startswith("/ip4/127.0.0.1/tcp/"))
+        port = int(addr.split("/tcp/")[1].split("/")[0])
+
+        async def tries() -> list[bool]:
+            answers = [await attempt("127.0.0.1", port, 3.0, HELLOS[kind]()) for kind in ("noise", "tls")]
+            client = await P2P.create(host_maddrs=LOCAL, dht_mode="client")
+            try:
+                await client._client.connect(PeerID.from_base58(node.peer_id), [Multiaddr(addr.split("/p2p/")[0])])
+                return answers + [node.peer_id in {str(p.peer_id) for p in await client.list_peers()}]
+            finally:
+                await client.shutdown()
+        assert asyncio.run(tries()) == [False, True, True]
+    finally:
+        node.close()

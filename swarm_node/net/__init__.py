@@ -18,6 +18,7 @@
                      starves, dialled first once their packet was taken (issue 27; no hivemind)
     lanes.py         announcement and fetch ids of each neighbour's own, and which public ids are registered
                      in p2pd (issue 27's flood; talks to p2pd through any object with hivemind's P2P methods)
+    conn_tags.py     neighbours tagged in p2pd's connection manager, so that a trim closes strangers first
     shield.py        ids unregistered for a while when flooded, then open a guaranteed share (no hivemind)
     discovery.py     hivemind DHT: membership records (v2), the v1 single-key records, validators
     reach.py         reachability: the dial-back check, p2pd options per mode, the status line (no hivemind)
@@ -30,7 +31,7 @@
     memory.py        MemoryTransport: the same protocol and collect loop in one process, for tests
     probe.py         the live conformance probe of a running node (`protocol conformance --peer`; no hivemind)
 
-Only daemon.py, discovery.py, hivemind.py, hivemind_internals.py and hivemind_hardening.py import hivemind: they are
+Only conn_tags.py, daemon.py, discovery.py, hivemind.py, hivemind_internals.py and hivemind_hardening.py import hivemind: they are
 the libp2p implementation, split to keep each module readable; private attributes are touched only in
 hivemind_internals.py and hivemind_hardening.py (which replaces three of hivemind's methods), and pyproject.toml pins the hivemind range those were tested with. Everything above this layer
 sees only bytes, peer ids, digests and rounds: no hivemind types.

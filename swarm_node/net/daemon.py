@@ -22,7 +22,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from swarm_node.config import SwarmConfig
 from swarm_node.net import SwarmError
 from swarm_node.net.hivemind_hardening import harden_hivemind
-from swarm_node.net.hivemind_internals import StaticRelayP2P, dial, open_stream
+from swarm_node.net.hivemind_internals import NodeP2P, dial, open_stream
 from swarm_node.net.reach import (DIALBACK_PROTOCOL, DIALBACK_TIMEOUT_S, Reachability, announce_order, ask_dialback,
                                   p2p_options, status_line, tcp_ports, verdict, with_port)
 
@@ -46,7 +46,7 @@ async def create_p2p(cfg: SwarmConfig, identity: bytes, mode: str) -> P2P:
         id_file = os.path.join(tmpdir, "identity.key")
         with open(os.open(id_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
             f.write(identity)
-        return await StaticRelayP2P.create(
+        return await NodeP2P.create(
             host_maddrs=with_port(list(cfg.host_maddrs), cfg.port),
             announce_maddrs=list(cfg.announce_maddrs) or options.pop("announce_maddrs", None),
             identity_path=id_file, check_if_identity_free=False, startup_timeout=cfg.start_timeout_s,

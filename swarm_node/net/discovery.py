@@ -27,6 +27,7 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarm_node.net import PeerInfo, SwarmError
 from swarm_node.net.announce import Mesh
+from swarm_node.net.conn_tags import ConnTags
 from swarm_node.net.driver import MeshDriver, OldVersion
 from swarm_node.net.fetch import StreamLimits
 from swarm_node.net.hivemind_internals import dht_size_estimate, dial, is_old_version, open_stream
@@ -280,6 +281,7 @@ class PushDiscovery:
         self.lanes = Lanes(p2p, {"announce": Kind(ANNOUNCE_PROTOCOLS, self.serve), **(kinds or {})},
                            secret=lane_secret, misused=self._misused)
         self.lanes.remember(anchor_lanes(anchors_path))  # our anchors' lanes for us, from our last run
+        self.tags = ConnTags(p2p)  # neighbours are trimmed last by p2pd's connection manager
         self.driver = MeshDriver(mesh, self.contact, members.read)
         # announcements being answered: one per peer, MAX_STRANGER_ANNOUNCES of peers we do not favour
         self.serving = StreamLimits(max_per_peer=1, max_open=MAX_STRANGER_ANNOUNCES)
@@ -309,12 +311,14 @@ class PushDiscovery:
         self.lanes.close_soon(peer)  # its streams die in p2pd from now on
 
     async def _lane_loop(self) -> None:
-        """Every second: only neighbours and the peers being dialled keep a lane; the public ids are back after a shield."""
+        """Every second: only neighbours and the peers being dialled keep a lane; the public ids are back after a shield;
+        p2pd's connection manager tags the neighbours."""
         while True:
             await asyncio.sleep(1.0)
             try:
                 await self.lanes.keep(lambda: set(self.mesh.neighbors) | set(self.driver.in_flight))
                 await self.lanes.reconcile()
+                await self.tags.keep(set(self.mesh.neighbors))
             except Exception as e:  # p2pd gone: the transport is closing
                 logger.debug("lanes: %r", e)
 

@@ -1,7 +1,7 @@
 """hivemind internals: every use of a hivemind attribute that is not public API, one small function each.
 
 So that a hivemind upgrade has one place to check. Tested with hivemind 1.1.12 (pyproject.toml
-pins 1.1.x). Used by `hivemind.py` (the transport) only.
+pins 1.1.x). Used by the transport's modules in `net/` (and the red team's DHT attacker).
 """
 
 from __future__ import annotations
@@ -44,17 +44,24 @@ async def dial(p2p: P2P, pid: PeerID, maddrs: Multiaddr | list[Multiaddr]) -> No
     await p2p._client.connect(pid, maddrs if isinstance(maddrs, list) else [maddrs])
 
 
-class StaticRelayP2P(P2P):
-    """`P2P` whose daemon reserves at its trusted relays at once (`-relayDiscovery=0`, private
-    `P2P._make_process_args`). hivemind leaves p2pd's relay discovery on, which feeds the trusted
-    relays through libp2p's peer-source path: that waits for 4 candidates or a 3-minute boot delay
-    before its first reservation; static relays reserve within a second."""
+class NodeP2P(P2P):
+    """`P2P` with two p2pd flags hivemind does not expose (private `P2P._make_process_args`):
+
+    TLS only (`-noise=0`): p2pd answers every stranger's Noise handshake with a signature of its identity key,
+        RSA-2048 for a node (the DHT record key): 2.0-2.4 ms of p2pd for 32 bytes the stranger sends without any
+        crypto (red team 26). A TLS 1.3 answer signs with a certificate key made once at start: 0.6-0.9 ms; a full
+        connection 2.5-3.0 ms against 3.5-5.4 (`bench/handshake_cost.py`). A dialer offering /noise first is
+        told `na` and goes on with /tls/1.0.0.
+    static relays (`-relayDiscovery=0` with autorelay): hivemind leaves p2pd's relay discovery on, which feeds
+        the trusted relays through libp2p's peer-source path: that waits for 4 candidates or a 3-minute boot delay
+        before its first reservation; static relays reserve within a second.
+    """
 
     @staticmethod
     def _make_process_args(*args, **kwargs) -> list[str]:
         if kwargs.get("autoRelay"):
             kwargs["relayDiscovery"] = False
-        return P2P._make_process_args(*args, **kwargs)
+        return P2P._make_process_args(*args, **kwargs, noise=False)
 
 
 async def ping(dht: DHTNode, pid: PeerID) -> bool:
@@ -176,6 +183,22 @@ async def open_stream(p2p: P2P, pid: PeerID, proto: str | tuple[str, ...]) -> tu
     except BaseException:
         writer.close()
         raise
+
+
+async def conn_manager(p2p: P2P, kind: int, pid: PeerID | None = None, tag: str | None = None,
+                       weight: int | None = None) -> None:
+    """One request to p2pd's connection manager (`p2pd_pb2.ConnManagerRequest.TAG_PEER`, `UNTAG_PEER` or `TRIM`),
+    on a control connection of its own (private `P2P._client.control.daemon_connector`: hivemind has no call)."""
+    fields = {"peer": pid.to_bytes() if pid is not None else None, "tag": tag, "weight": weight}
+    request = p2pd_pb2.ConnManagerRequest(type=kind, **{k: v for k, v in fields.items() if v is not None})
+    reader, writer = await p2p._client.control.daemon_connector.open_connection()
+    try:
+        await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.CONNMANAGER, connManager=request))
+        response = p2pd_pb2.Response()
+        await read_pbmsg_safe(reader, response)
+        raise_if_failed(response)
+    finally:
+        writer.close()
 
 
 def dht_size_estimate(dht: DHTNode) -> float:
