@@ -17,8 +17,8 @@
     poison_kinds.py the groups of its red-team matrix kinds (bench/redteam_matrix.py)
     sybils.py       `python -m swarm_node.harness.sybils`: k live Sybil ids in one process (bench/redteam_eclipse.py)
     eclipse_sim.py  the same eclipse with hundreds of ids against a real `Mesh`, time-stepped in-process
-    handshake_flood.py  `python -m swarm_node.harness.handshake_flood`: half Noise handshakes that make a node
-                    sign for free (tests/test_net_firewall.py)
+    handshake_flood.py  `python -m swarm_node.harness.handshake_flood`: half Noise or TLS handshakes that make a
+                    node's p2pd work for bytes built once (tests/test_net_firewall.py, bench/handshake_cost.py)
 
 Programs here learn about a node only from the files it writes in its --out directory and its
 output. This layer sits above node.py and below commands/: it must not import commands/. Nothing
