@@ -1,18 +1,20 @@
-"""What a stranger's connection costs a node's p2pd: Noise against TLS 1.3, half and full handshakes (issue 27).
+"""What a stranger's connection costs a node's p2pd, by security protocol: half and full handshakes (issue 27).
 
-Red team 26 found that each inbound connection makes p2pd sign a Noise handshake with the node's identity
-key, RSA-2048, for 32 bytes the stranger sends without any crypto of its own. A node's p2pd now runs TLS only
-(`net/hivemind_internals.NodeP2P`: `-noise=0`), whose handshake signs with a certificate key made once at
-start. This measures, on a bare p2pd with an RSA identity (as a node has), p2pd's CPU per try for:
+Red team 26 found that each inbound connection made p2pd sign a Noise handshake with the node's identity
+key, RSA-2048, for 32 bytes the stranger sends without any crypto of its own; red team 29 that a TLS 1.3
+ClientHello offering only P-521 costs p2pd more still (Go 1.20's P-521 is slow). A stranger picks the handshake
+that costs the node most, so a node offers one. This measures, on a bare p2pd with an RSA identity (as a node
+has), p2pd's CPU per try for each of `harness/handshake_flood.py`'s first messages (built once and replayed,
+read the answer, close) and for a full connection (a hivemind P2P client with default flags connects, then is
+disconnected), against three daemons:
 
-    half noise   `harness/handshake_flood.py --security noise`: /noise + 32 random bytes, read the answer, close
-    half tls     the same with a TLS 1.3 ClientHello (built once)
-    full         a hivemind P2P client (its own p2pd, default flags) connects, then is disconnected
+    noise+tls  hivemind's flags (a node before session 37)
+    tls        TLS only (`-noise=0`, a node for one commit of session 37)
+    node       what a node runs now (`net/hivemind_internals.NodeP2P`: Noise only)
 
-against two daemons: `noise+tls` (hivemind's flags, a node before session 37) and `tls` (a node now).
 Tries run one after another, so the p2pd under test is the only busy process besides this one.
 
-    .venv/bin/python bench/handshake_cost.py                   # ~3 min (3 repeats)
+    .venv/bin/python bench/handshake_cost.py                   # ~4 min (3 repeats)
     .venv/bin/python bench/handshake_cost.py --tries 100 --repeats 1 --results /tmp/x.json
 
 Results go to bench/results/handshake_cost.json.
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import machine_info, print_table, write_results  # noqa: E402
 from swarm_node.harness.handshake_flood import HELLOS, attempt  # noqa: E402
 
-DAEMONS = {"noise+tls": {}, "tls": {"noise": False}}  # extra p2pd flags
+DAEMONS = {"noise+tls": None, "tls": {"noise": False}, "node": "NodeP2P"}  # extra p2pd flags, or a node's own
 
 
 def cpu_s(pid: int) -> float:
@@ -40,15 +42,18 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure(flags: dict, tries: int, full_tries: int, key_file: str) -> list[dict]:
+async def measure(flags: dict | str | None, tries: int, full_tries: int, key_file: str) -> list[dict]:
     from hivemind.p2p import P2P
+
+    from swarm_node.net.hivemind_internals import NodeP2P
 
     class Daemon(P2P):
         @staticmethod
         def _make_process_args(*args, **kwargs) -> list[str]:
-            return P2P._make_process_args(*args, **kwargs, **flags)
+            return P2P._make_process_args(*args, **{**kwargs, **flags})
 
-    node = await Daemon.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], identity_path=key_file, check_if_identity_free=False)
+    kind = NodeP2P if flags == "NodeP2P" else Daemon if flags else P2P
+    node = await kind.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], identity_path=key_file, check_if_identity_free=False)
     client = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], dht_mode="client")
     try:
         addrs = [m.decapsulate(f"/p2p/{node.peer_id}") for m in await node.get_visible_maddrs()]

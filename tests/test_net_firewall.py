@@ -1,8 +1,8 @@
 """net/firewall.py: the kernel's per-source limit on new connections, against a real handshake flood.
 
-The flood (harness/handshake_flood.py) makes p2pd answer TLS 1.3 handshakes (a node's p2pd refuses Noise, whose
-answer would carry a signature of its RSA identity key: 5x the cost) for one pre-built ClientHello a try; the
-limit is what `swarm-node firewall` installs."""
+The flood (harness/handshake_flood.py) makes p2pd answer Noise handshakes, each with a signature of its RSA
+identity key, for 32 random bytes a try (a node's p2pd speaks Noise only: TLS let a stranger pick a costlier
+answer); the limit is what `swarm-node firewall` installs."""
 
 import json
 import os
@@ -16,13 +16,14 @@ import pytest
 
 from swarm_node.harness.netns import Internet, unavailable
 from swarm_node.net import firewall
+from swarm_node.net.hivemind_internals import NodeP2P
 from swarm_node.net.identity import load_or_create_identity
 
 NETNS = unavailable()
 needs_netns = pytest.mark.skipif(NETNS is not None, reason=f"network namespaces unavailable: {NETNS}")
 PORT = 4011
-P2PD = str(Path(hivemind.__file__).parent / "hivemind_cli" / "p2pd")  # the daemon every node runs, as a node runs it:
-P2PD_FLAGS = ["-noise=0"]  # TLS only (net/hivemind_internals.NodeP2P)
+P2PD = str(Path(hivemind.__file__).parent / "hivemind_cli" / "p2pd")  # the daemon every node runs, with a node's flags
+P2PD_FLAGS = NodeP2P._make_process_args()
 FLOOD_S = 6.0
 
 
@@ -43,7 +44,7 @@ def _cpu_s(pid: int) -> float:
 def _flood(host, target_ip: str, seconds: float, concurrency: int = 32, interval_s: float = 0.0) -> subprocess.Popen:
     argv = [sys.executable, "-m", "swarm_node.harness.handshake_flood", "--host", target_ip, "--port", str(PORT),
             "--seconds", str(seconds), "--concurrency", str(concurrency), "--interval", str(interval_s), "--timeout", "2",
-            "--security", "tls"]
+            "--security", "noise"]
     return subprocess.Popen(host.cmd(argv), stdout=subprocess.PIPE, text=True)
 
 
@@ -89,7 +90,7 @@ def test_a_handshake_flood_costs_p2pd_a_core_until_the_limit_drops_it_in_the_ker
     print(f"\nhandshake flood {FLOOD_S:.0f} s: open {open_attack} p2pd {open_cpu:.2f} core; limited {limited_attack} "
           f"p2pd {limited_cpu:.2f} core; honest host meanwhile {probe}; the attacker in the overflow bucket: p2pd "
           f"{overflow_cpu:.2f} core")
-    assert open_cpu > 0.3  # each try cost p2pd an X25519 product, a certificate and an ECDSA signature
+    assert open_cpu > 0.3  # each try cost p2pd an X25519 product and an RSA signature
     dropped = sum(int(line.split("counter packets ")[1].split()[0]) for line in table.splitlines() if "counter packets " in line)
     assert dropped > 10 * FLOOD_S  # the kernel refused the attacker's SYNs ...
     assert limited_cpu < open_cpu / 3  # ... before p2pd spent anything on them

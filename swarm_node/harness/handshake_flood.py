@@ -3,12 +3,13 @@
 Each attempt opens a TCP connection to the node, selects a security protocol, sends its first message,
 built once (no crypto on this side), reads the node's answer, and closes:
 
-    noise  one Noise XX first message (32 random bytes); the node answers with two X25519 products and a
-           signature of its identity key (RSA-2048 for a node: 2.4 ms)
-    tls    one TLS 1.3 ClientHello (ALPN libp2p); the node answers with its ServerHello, certificate and a
-           signature of the certificate's key, made once at start (ECDSA)
+    noise     one Noise XX first message (32 random bytes); the node answers with an X25519 product and a
+              signature of its identity key (RSA-2048 for a node: 2.0-2.5 ms of p2pd)
+    tls       one TLS 1.3 ClientHello (ALPN libp2p, X25519); the node answers with its ServerHello, certificate and
+              a signature of the certificate's key, made once at start
+    tls-p521  the same offering only P-521 for the key exchange, slow in Go 1.20: 7.7-8.2 ms (red team 29)
 
-A node now speaks TLS only (`net/hivemind_internals.NodeP2P`): a /noise attempt is told `na` and counts as not
+A node speaks Noise only (`net/hivemind_internals.NodeP2P`): a TLS attempt is told `na` and counts as not
 answered. See net/firewall.py for the per-source limit, and bench/handshake_cost.py for the costs.
 
     python -m swarm_node.harness.handshake_flood --host 127.0.0.1 --port 4001 --seconds 10 [--security tls]
@@ -37,12 +38,15 @@ def _line(protocol: str) -> bytes:
     return uvarint(len(data)) + data
 
 
-def _client_hello() -> bytes:
-    """A TLS 1.3 ClientHello as libp2p's TLS expects it (ALPN `libp2p`), made once by Python's ssl."""
+def _client_hello(curve: str | None = None) -> bytes:
+    """A TLS 1.3 ClientHello as libp2p's TLS expects it (ALPN `libp2p`), offering only `curve` if given, made once
+    by Python's ssl."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.set_alpn_protocols(["libp2p"])
+    if curve is not None:
+        context.set_ecdh_curve(curve)
     outgoing = ssl.MemoryBIO()
     try:
         context.wrap_bio(ssl.MemoryBIO(), outgoing).do_handshake()
@@ -52,7 +56,8 @@ def _client_hello() -> bytes:
 
 
 HELLOS = {"noise": lambda: _line("/multistream/1.0.0") + _line("/noise") + struct.pack(">H", 32) + os.urandom(32),
-          "tls": lambda: _line("/multistream/1.0.0") + _line("/tls/1.0.0") + _client_hello()}
+          "tls": lambda: _line("/multistream/1.0.0") + _line("/tls/1.0.0") + _client_hello(),
+          "tls-p521": lambda: _line("/multistream/1.0.0") + _line("/tls/1.0.0") + _client_hello("secp521r1")}
 
 
 async def attempt(host: str, port: int, timeout_s: float, hello: bytes) -> bool:

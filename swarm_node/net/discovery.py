@@ -315,10 +315,10 @@ class PushDiscovery:
         p2pd's connection manager tags the neighbours."""
         while True:
             await asyncio.sleep(1.0)
+            await self.tags.keep(set(self.mesh.neighbors))  # a failure is logged there, and tried again next time
             try:
                 await self.lanes.keep(lambda: set(self.mesh.neighbors) | set(self.driver.in_flight))
                 await self.lanes.reconcile()
-                await self.tags.keep(set(self.mesh.neighbors))
             except Exception as e:  # p2pd gone: the transport is closing
                 logger.debug("lanes: %r", e)
 

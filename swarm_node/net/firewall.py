@@ -1,30 +1,29 @@
 """A per-source limit on new TCP connections to the node's port, in the kernel (nftables), before p2pd.
 
-Every inbound libp2p connection makes p2pd answer a security handshake. With Noise, the answer carries a
-signature of the node's identity key, RSA-2048 since the key is also the DHT record key (identity.py), and a
-stranger needs no crypto of its own to ask for it: 32 random bytes after `/multistream/1.0.0` and `/noise`.
-Measured (red team 26 and session 36, 2-core AMD EPYC, bare p2pd on 127.0.0.1): 2.3 ms of p2pd per such
-attempt against 0.45 ms of a pure-Python attacker; full connections from fresh ids at ~190/s took a node's
-rounds to 0.29-0.53x. A node's p2pd now speaks TLS only (hivemind_internals.NodeP2P), whose handshake signs
-with a certificate key made at start: 0.6-0.9 ms an attempt (bench/handshake_cost.py), 3x less, but still
-unbounded in number. Nothing above the socket can refuse them: the shield
+Every inbound libp2p connection makes p2pd answer a security handshake, for bytes a stranger built once. A
+node's p2pd speaks Noise only (hivemind_internals.NodeP2P: TLS let a stranger pick a costlier answer), whose
+answer carries a signature of the node's identity key, RSA-2048 since the key is also the DHT record key
+(identity.py): 32 random bytes after `/multistream/1.0.0` and `/noise` buy it. Measured (red team 26 and
+session 36, 2-core AMD EPYC, bare p2pd on 127.0.0.1): 2.3 ms of p2pd per such attempt against 0.45 ms of a
+pure-Python attacker; full connections from fresh ids at ~190/s took a node's rounds to 0.29-0.53x
+(bench/handshake_cost.py measures each handshake). Nothing above the socket can refuse them: the shield
 (shield.py) acts on protocol ids, which a connection never reaches, and hivemind's p2pd has no per-address
 limit (its connection manager trims old connections, it does not slow new ones).
 
-So the refusal happens where it is cheapest: the kernel drops a SYN to our port from a source that
-opened more than `rate` new connections a second (after a burst of `burst`), per IPv4 address and per
-IPv6 /64. An honest peer opens one connection and keeps it; a whole NAT's worth of peers fit in the
-defaults. The rule lives in a table of its own (`table_name`), replaced whole by `apply` and deleted
-by `remove`; it needs root (CAP_NET_ADMIN) and nftables, and the node must listen on a fixed port
-(`--port`). The bound, in plain words: one address costs the node at most `rate` handshakes a second
-(0.6-0.9 ms each, 2.5-3 ms a full connection), whatever it sends; k addresses cost k times that, so an attacker
-with many addresses (a cloud account, a botnet) is not stopped by this rule, and sources beyond the
+So the refusal happens where it is cheapest: the kernel drops a SYN to our port from a source that opened more
+than `rate` new connections a second (after a burst of `burst`), per IPv4 address and per IPv6 /64. An honest
+peer opens one connection and keeps it; a whole NAT's worth of peers fit in the defaults. The rule lives in a
+table of its own (`table_name`), replaced whole by `apply` and deleted by `remove`; it needs root
+(CAP_NET_ADMIN) and nftables, and the node must listen on a fixed port (`--port`). The bound, in plain words:
+one address costs the node at most `rate` handshakes a second (2-2.5 ms each, 3.5-5.5 ms a full connection,
+more with a client key chosen to be slow to check), whatever it sends; k addresses cost k times that, so an
+attacker with many addresses (a cloud account, a botnet) is not stopped by this rule, and sources beyond the
 SOURCES_REMEMBERED that hold a bucket share one. What it costs honest peers: a SYN counts before the
-handshake, so spoofed SYNs with a peer's address (~600 bytes a second) spend that address's bucket and
-its new connections are dropped meanwhile (its established ones are not, nor our own outbound ones and
-their replies); peers behind one NAT, or one carrier-grade NAT, share a bucket. It covers TCP on the
-`input` hook only: a node in a container reached through a published port (DNAT, the forward hook),
-or a QUIC listen address, is not covered, and the table does not survive a reboot.
+handshake, so spoofed SYNs with a peer's address (~600 bytes a second) spend that address's bucket and its new
+connections are dropped meanwhile (its established ones are not, nor our own outbound ones and their replies);
+peers behind one NAT, or one carrier-grade NAT, share a bucket. It covers TCP on the `input` hook only: a node
+in a container reached through a published port (DNAT, the forward hook), or a QUIC listen address, is not
+covered, and the table does not survive a reboot.
 """
 
 from __future__ import annotations

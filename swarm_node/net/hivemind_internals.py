@@ -47,11 +47,11 @@ async def dial(p2p: P2P, pid: PeerID, maddrs: Multiaddr | list[Multiaddr]) -> No
 class NodeP2P(P2P):
     """`P2P` with two p2pd flags hivemind does not expose (private `P2P._make_process_args`):
 
-    TLS only (`-noise=0`): p2pd answers every stranger's Noise handshake with a signature of its identity key,
-        RSA-2048 for a node (the DHT record key): 2.0-2.4 ms of p2pd for 32 bytes the stranger sends without any
-        crypto (red team 26). A TLS 1.3 answer signs with a certificate key made once at start: 0.6-0.9 ms; a full
-        connection 2.5-3.0 ms against 3.5-5.4 (`bench/handshake_cost.py`). A dialer offering /noise first is
-        told `na` and goes on with /tls/1.0.0.
+    Noise only (`-tls=0`): a stranger picks the handshake whose answer costs us most. With TLS 1.3 it can offer
+        only P-521 for the key exchange (slow in Go 1.20): 7.7-8.2 ms of p2pd for a ClientHello built once, and a
+        full handshake with P-521 keys 20.7 ms (red team 29). Noise has one fixed curve (X25519) and costs one
+        signature of our identity key, RSA-2048: 2.0-2.5 ms (`bench/handshake_cost.py`). A dialer offering
+        /tls/1.0.0 first is told `na` and goes on with /noise.
     static relays (`-relayDiscovery=0` with autorelay): hivemind leaves p2pd's relay discovery on, which feeds
         the trusted relays through libp2p's peer-source path: that waits for 4 candidates or a 3-minute boot delay
         before its first reservation; static relays reserve within a second.
@@ -61,7 +61,7 @@ class NodeP2P(P2P):
     def _make_process_args(*args, **kwargs) -> list[str]:
         if kwargs.get("autoRelay"):
             kwargs["relayDiscovery"] = False
-        return P2P._make_process_args(*args, **kwargs, noise=False)
+        return P2P._make_process_args(*args, **{**kwargs, "tls": False})
 
 
 async def ping(dht: DHTNode, pid: PeerID) -> bool:
@@ -186,19 +186,20 @@ async def open_stream(p2p: P2P, pid: PeerID, proto: str | tuple[str, ...]) -> tu
 
 
 async def conn_manager(p2p: P2P, kind: int, pid: PeerID | None = None, tag: str | None = None,
-                       weight: int | None = None) -> None:
+                       weight: int | None = None, timeout_s: float = 5.0) -> None:
     """One request to p2pd's connection manager (`p2pd_pb2.ConnManagerRequest.TAG_PEER`, `UNTAG_PEER` or `TRIM`),
     on a control connection of its own (private `P2P._client.control.daemon_connector`: hivemind has no call)."""
     fields = {"peer": pid.to_bytes() if pid is not None else None, "tag": tag, "weight": weight}
     request = p2pd_pb2.ConnManagerRequest(type=kind, **{k: v for k, v in fields.items() if v is not None})
-    reader, writer = await p2p._client.control.daemon_connector.open_connection()
-    try:
-        await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.CONNMANAGER, connManager=request))
-        response = p2pd_pb2.Response()
-        await read_pbmsg_safe(reader, response)
-        raise_if_failed(response)
-    finally:
-        writer.close()
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await p2p._client.control.daemon_connector.open_connection()
+        try:
+            await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.CONNMANAGER, connManager=request))
+            response = p2pd_pb2.Response()
+            await read_pbmsg_safe(reader, response)
+            raise_if_failed(response)
+        finally:
+            writer.close()
 
 
 def dht_size_estimate(dht: DHTNode) -> float:
