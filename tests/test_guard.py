@@ -150,7 +150,7 @@ def test_a_harm_over_two_checks_returns_to_the_alone_copy_distrusts_the_new_teac
     verdict = guard.check(7)
     assert verdict.distrusted == {"peer-a": 17, "peer-b": 17} and verdict.stats["guard/resets"] == 1
     assert verdict.locked_until == 17 and verdict.admitted == set()  # until then only vouched peers teach: none
-    checked = 2 * min(100, len(guard.reserve.pool) // guard_module.WINDOW)  # 2 checks of 100 (99 if the secret reserve holds < 300)
+    checked = 2 * min(guard.examples, len(guard.reserve.pool) // guard_module.WINDOW)  # 99 if the reserve holds < 300
     assert verdict.stats["guard/gap"] == 18 / checked and abs(verdict.stats["guard/bar"] - 2 * 18 ** 0.5 / checked) < 1e-9
     assert _equal(_weights(tiny_policy), alone)  # the trained weights are the copy's again
     moments = trainer.optimizer.state_dict()["state"][0]["exp_avg"]
