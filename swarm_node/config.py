@@ -68,7 +68,7 @@ class LossConfig:
     peer_max_advantage: float | None = 1.0
     """Cap on the advantage of a sample from a peer outside swarm.trusted_peers (None = uncapped, the paper's): one correct completion among G - 1 wrong ones gets sqrt(G - 1) (3.3 at G = 12), the largest push a sample can carry, and a peer picks which groups it sends that way; 1.0 is what a half-correct group gives its positives."""
     peer_plausibility_margin: float | None = 1.0
-    """An untrusted peer's positive sample teaches only if its mean per-token log-prob, and its worst token's, under this node's policy are at most this many nats below the 5th percentiles of the node's own samples (anchored at the node's first step; loss.implausible), and it is at most 1.25x as long as the node's longest correct completion of the step (bounded below and above from its first step with one; Trainer._length_bound); its claimed generator log-probs are ignored (None = no check, the paper's F-TIS)."""
+    """An untrusted peer's positive sample teaches only if its mean per-token log-prob, and its worst token's, under this node's policy are at most this many nats below the 5th percentiles of the node's own samples (anchored at the node's first step; loss.implausible), and it is at most 1.25x as long as the median of the node's correct completions of the step (bounded below and above from its first step with one; Trainer._length_bound); its claimed generator log-probs are ignored (None = no check, the paper's F-TIS)."""
 
     def __post_init__(self) -> None:
         if self.C_negative is not None and not self.C_negative > 0:

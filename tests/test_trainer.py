@@ -280,7 +280,7 @@ def test_a_step_without_own_samples_judges_peers_by_the_latest_bar():
     assert stats["train/peer_implausible_frac"] > 0
 
 
-def test_an_untrusted_peers_positives_longer_than_our_longest_correct_teach_nothing():
+def test_an_untrusted_peers_positives_much_longer_than_our_correct_ones_teach_nothing():
     """Correct completions padded past anything the node writes correctly teach it to write longer, which
     no accuracy check sees (red team 27); one of our own length still teaches, and a trusted peer's or the
     paper's F-TIS (no plausibility check) is not bounded. A length over the bound is not counted against the
@@ -323,3 +323,8 @@ def test_an_untrusted_peers_positives_longer_than_our_longest_correct_teach_noth
     assert bound(6) == 3 * longest  # ours grew threefold: past the ceiling, peers teach only up to our own longest
     assert bound(1) == first  # ours got shorter: the floor keeps honest peers' answers of the first length
     assert bound(6, rewards=0) == first  # no correct answer of ours this step: the latest bound
+
+    fresh = _trainer(trainer.policy, cfg)  # one long correct answer of ours does not lift the bound (red team 28)
+    for i, c in enumerate(groups[0].completions):
+        c.tokens, c.reward = np.resize(c.tokens, longest * (3 if i == 3 else 1)), float(i % 2)
+    assert fresh._length_bound(_batch(fresh.policy, groups, [False] * 4 + [True] * 4)) == 1.25 * longest  # the median

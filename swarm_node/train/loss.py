@@ -76,7 +76,7 @@ Plausible teaching only (`implausible`, LossConfig.peer_plausibility_margin m, d
   0.14 -> 0.01 with a bar that followed the node down). An untrusted peer's sample is also taken
   as on-policy (gen_logp := logp): its claimed log-probs cannot raise its weight above 1.
   Nor much longer than ours (the trainer, same switch): such a positive with more than 1.25x the tokens
-  of the node's longest correct completion of the step (bounded below and above from the first step
+  of the median length of the node's correct completions of the step (bounded below and above from the first step
   that had one: Trainer._length_bound) teaches nothing;
   correct but padded completions teach a node to write longer, which no accuracy check sees.
 

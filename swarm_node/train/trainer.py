@@ -40,7 +40,7 @@ from swarm_node.train.loss import LOG_CLAMP, implausible, peer_baseline_advantag
 from swarm_node.train.policy import Policy
 
 NO_BAR = (math.inf, math.inf)  # _plausibility_floors: no sample of ours yet to set the bar by
-STEP_SLACK, LENGTH_SLACK = 1.25, 1.5  # _length_bound: this times our longest correct; ceiling: 1.5x the first bound
+STEP_SLACK, LENGTH_SLACK = 1.25, 1.5  # _length_bound: this times our median correct; ceiling: 1.5x the first bound
 
 
 def loss_settings(cfg: LossConfig) -> dict:
@@ -169,23 +169,25 @@ class Trainer:
 
     def _length_bound(self, batch: TrainBatch) -> float:
         """The most tokens an untrusted peer's positive may have to teach this step (inf: no check, or no correct
-        completion of ours yet to measure by): STEP_SLACK times the longest correct completion of ours in the step
-        (a peer's problems may have longer answers than ours), at most LENGTH_SLACK times that bound at the first
-        step that had one (or our own longest correct, if longer), and never below the first step's. A peer's correct
+        completion of ours yet to measure by): STEP_SLACK times the median length of our correct completions in the
+        step (a peer's problems may have longer answers than ours), at most LENGTH_SLACK times that bound at the
+        first step that had one (or our own median, if longer), and never below the first step's. A peer's correct
         completions padded to the completion limit are likely enough on a real model (red team 27: SmolLM2
         restating the question, 21-24 tokens where it writes 15, passed the floors in its first steps) and teach
         the node to write longer, which no accuracy check sees: it may teach what we write when right, not much
-        more of it. The ceiling stops a ratchet (positives at our own longest make our longest longer); the floor
-        stops a peer that teaches short answers from shutting out honest peers' longer ones (review, session 36).
-        A step without a correct completion of ours keeps the latest bound."""
+        more of it. The median, not the longest: our longest correct completion of a step reached the 24-token
+        limit on SmolLM2 by itself, and a bound over the limit bounds nothing (red team 28). The ceiling stops a
+        ratchet (positives at our own length make it longer); the floor stops a peer that teaches short answers
+        from shutting out honest peers' longer ones (review, session 36). A step without a correct completion of
+        ours keeps the latest bound."""
         if self.loss.peer_plausibility_margin is None:
             return math.inf
         right = ~batch.untrusted & (batch.lengths > 0) & (batch.rewards > 0)  # [N] own and trusted, correct
         if bool(right.any()):
-            longest = float(batch.lengths[right].max())
-            self.first_length = self.first_length or STEP_SLACK * longest
-            ceiling = max(LENGTH_SLACK * self.first_length, longest)
-            self.last_length = max(self.first_length, min(STEP_SLACK * longest, ceiling))
+            typical = float(batch.lengths[right].float().median())
+            self.first_length = self.first_length or STEP_SLACK * typical
+            ceiling = max(LENGTH_SLACK * self.first_length, typical)
+            self.last_length = max(self.first_length, min(STEP_SLACK * typical, ceiling))
         return self.last_length
 
     def _plausibility_floors(self, batch: TrainBatch) -> tuple[float, float] | None:
