@@ -238,7 +238,13 @@ def time_call(fn: Callable[[], Any], min_time_s: float = 0.2, repeats: int = 5) 
     return Timing(median(per_call), min(per_call), repeats, loops)
 
 
-# ------------------------------------------------------------------------------------ memory
+# ------------------------------------------------------------------------------------ memory, CPU
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used so far (/proc, 10 ms ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_bytes() -> int:
     import psutil
 

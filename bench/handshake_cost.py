@@ -31,15 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import machine_info, print_table, write_results  # noqa: E402
+from bench._common import machine_info, print_table, process_cpu_s as cpu_s, write_results  # noqa: E402
 from swarm_node.harness.handshake_flood import HELLOS, attempt  # noqa: E402
 
 DAEMONS = {"noise+tls": None, "tls": {"noise": False}, "node": "NodeP2P"}  # extra p2pd flags, or a node's own
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(flags: dict | str | None, tries: int, full_tries: int, key_file: str) -> list[dict]:
