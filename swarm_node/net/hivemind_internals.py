@@ -165,20 +165,31 @@ def is_old_version(error: Exception) -> bool:
     return "protocols not supported" in str(error)
 
 
-async def open_stream(p2p: P2P, pid: PeerID, proto: str | tuple[str, ...]) -> tuple[StreamInfo, asyncio.StreamReader,
-                                                                                     asyncio.StreamWriter]:
-    """= P2P.call_binary_stream_handler, but closes the p2pd control socket when opening fails or
-    is cancelled (private `P2P._client.control.daemon_connector`). Several protocol ids: p2pd's
-    multistream-select offers them in order and the stream speaks the first the peer supports
-    (`StreamInfo.proto` says which)."""
-    protos = [proto] if isinstance(proto, str) else list(proto)
+async def _control(p2p: P2P, request: p2pd_pb2.Request) -> tuple[p2pd_pb2.Response, asyncio.StreamReader,
+                                                                   asyncio.StreamWriter]:
+    """One request to p2pd on a control connection of its own (private `P2P._client.control.daemon_connector`),
+    its response read and checked; the connection is closed when that fails or is cancelled, else left to the caller."""
     reader, writer = await p2p._client.control.daemon_connector.open_connection()
     try:
-        await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.STREAM_OPEN, streamOpen=(
-            p2pd_pb2.StreamOpenRequest(peer=pid.to_bytes(), proto=protos))))
+        await write_pbmsg(writer, request)
         response = p2pd_pb2.Response()
         await read_pbmsg_safe(reader, response)
         raise_if_failed(response)
+        return response, reader, writer
+    except BaseException:
+        writer.close()
+        raise
+
+
+async def open_stream(p2p: P2P, pid: PeerID, proto: str | tuple[str, ...]) -> tuple[StreamInfo, asyncio.StreamReader,
+                                                                                     asyncio.StreamWriter]:
+    """= P2P.call_binary_stream_handler, but closes the p2pd control socket when opening fails or
+    is cancelled (`_control`). Several protocol ids: p2pd's multistream-select offers them in order and the stream
+    speaks the first the peer supports (`StreamInfo.proto` says which)."""
+    protos = [proto] if isinstance(proto, str) else list(proto)
+    response, reader, writer = await _control(p2p, p2pd_pb2.Request(
+        type=p2pd_pb2.Request.STREAM_OPEN, streamOpen=p2pd_pb2.StreamOpenRequest(peer=pid.to_bytes(), proto=protos)))
+    try:
         return StreamInfo.from_protobuf(response.streamInfo), reader, writer
     except BaseException:
         writer.close()
@@ -187,19 +198,13 @@ async def open_stream(p2p: P2P, pid: PeerID, proto: str | tuple[str, ...]) -> tu
 
 async def conn_manager(p2p: P2P, kind: int, pid: PeerID | None = None, tag: str | None = None,
                        weight: int | None = None, timeout_s: float = 5.0) -> None:
-    """One request to p2pd's connection manager (`p2pd_pb2.ConnManagerRequest.TAG_PEER`, `UNTAG_PEER` or `TRIM`),
-    on a control connection of its own (private `P2P._client.control.daemon_connector`: hivemind has no call)."""
+    """One request to p2pd's connection manager (`p2pd_pb2.ConnManagerRequest.TAG_PEER`, `UNTAG_PEER` or `TRIM`;
+    hivemind has no call for it)."""
     fields = {"peer": pid.to_bytes() if pid is not None else None, "tag": tag, "weight": weight}
     request = p2pd_pb2.ConnManagerRequest(type=kind, **{k: v for k, v in fields.items() if v is not None})
     async with asyncio.timeout(timeout_s):
-        reader, writer = await p2p._client.control.daemon_connector.open_connection()
-        try:
-            await write_pbmsg(writer, p2pd_pb2.Request(type=p2pd_pb2.Request.CONNMANAGER, connManager=request))
-            response = p2pd_pb2.Response()
-            await read_pbmsg_safe(reader, response)
-            raise_if_failed(response)
-        finally:
-            writer.close()
+        _, _, writer = await _control(p2p, p2pd_pb2.Request(type=p2pd_pb2.Request.CONNMANAGER, connManager=request))
+    writer.close()
 
 
 def dht_size_estimate(dht: DHTNode) -> float:
